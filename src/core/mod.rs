@@ -1,0 +1,16 @@
+//! The pure scheduling core: no I/O, no clock reads, no global randomness.
+//!
+//! Time arrives as a [`Timestamp`](crate::model::Timestamp) argument and
+//! randomness as an injected `&mut impl Rng`, so identical inputs give
+//! identical outputs and every rule is testable with a fake clock. The engine
+//! (`crate::engine`) owns the only clock and the only I/O.
+
+pub mod backoff;
+pub mod interval;
+pub mod phase;
+pub mod queue;
+pub mod scheduler;
+pub mod staleness;
+pub mod task;
+
+pub use scheduler::Scheduler;

@@ -1,0 +1,66 @@
+//! Deterministic phase offsets: a task placed on the schedule for the first
+//! time starts at a hash of its key, bounded by min(0.5 × interval, 120 s), so
+//! tasks never fire in lockstep, and the same task lands at the same phase on
+//! every run. The hash is FNV-1a: stable across builds and platforms.
+
+use crate::model::TaskKey;
+use std::time::Duration;
+
+pub const MAX_OFFSET: Duration = Duration::from_secs(120);
+
+pub fn key_hash(key: &TaskKey) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.instance.bytes().chain([0u8]).chain(key.group.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The window offsets are drawn from for a task with this interval.
+pub fn window(interval: Duration) -> Duration {
+    (interval / 2).min(MAX_OFFSET)
+}
+
+/// The offset of `key` within [0, window(interval)).
+pub fn offset(key: &TaskKey, interval: Duration) -> Duration {
+    let w = window(interval).as_millis() as u64;
+    if w == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(key_hash(key) % w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_are_deterministic_and_bounded() {
+        let k = TaskKey::new("pve-1", "nodes");
+        assert_eq!(offset(&k, Duration::from_secs(60)), offset(&k, Duration::from_secs(60)));
+        for i in 0..1000 {
+            let k = TaskKey::new(&format!("inst-{i}"), "probe");
+            assert!(offset(&k, Duration::from_secs(10)) < Duration::from_secs(5));
+            assert!(offset(&k, Duration::from_secs(3600)) < MAX_OFFSET);
+        }
+    }
+
+    #[test]
+    fn offsets_spread_tasks_out() {
+        let mut buckets = [0u32; 10];
+        for i in 0..10_000 {
+            let k = TaskKey::new(&format!("inst-{i}"), "probe");
+            let o = offset(&k, Duration::from_secs(20)).as_millis() as usize;
+            buckets[o * 10 / 10_000] += 1;
+        }
+        for b in buckets {
+            assert!((800..1200).contains(&b), "{buckets:?}");
+        }
+    }
+
+    #[test]
+    fn instance_and_group_boundaries_matter() {
+        assert_ne!(key_hash(&TaskKey::new("ab", "c")), key_hash(&TaskKey::new("a", "bc")));
+    }
+}

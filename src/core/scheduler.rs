@@ -1,0 +1,683 @@
+//! The scheduler state machine: every task, the queue of waiting tasks, and
+//! the rules applied on placement, dispatch, completion, settings changes and
+//! operator actions. Pure: the engine passes `now` and an RNG in and does all
+//! I/O (polling, storing, metrics) with what comes out.
+//!
+//! Invariants: a task is either queued, in flight, or parked (discarded or
+//! disabled) — never two at once, so it never runs twice concurrently; the
+//! queue holds exactly the queued tasks.
+//!
+//! A dead-letter move must be durable before anyone sees it, so completion is
+//! split in two: [`Scheduler::plan_completion`] computes the new record without
+//! changing anything, the engine commits it, then [`Scheduler::apply`] makes it
+//! visible. While that happens the task is still in flight, so nothing else
+//! can touch it.
+
+use super::queue::{QueueEntry, TaskQueue};
+use super::task::{self, TaskMeta, Transition};
+use super::{interval, phase, staleness};
+use crate::model::{
+    BreakerState, MonitoringSettings, PollResult, TaskKey, TaskRecord, Timestamp,
+};
+use rand::Rng;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub key: TaskKey,
+    pub meta: TaskMeta,
+    pub rec: TaskRecord,
+    /// Set while a poll runs: the time it was due.
+    pub in_flight: Option<Timestamp>,
+    /// When it was put on the schedule in this process (staleness of a task
+    /// that never succeeded counts from here).
+    pub placed_at: Timestamp,
+    /// The instance was removed while this task ran.
+    pub removed: bool,
+}
+
+impl Task {
+    pub fn is_parked(&self) -> bool {
+        self.rec.disabled
+    }
+}
+
+/// A task handed to a worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatch {
+    pub key: TaskKey,
+    pub due: Timestamp,
+    pub meta: TaskMeta,
+    pub breaker: Option<(BreakerState, BreakerState)>,
+}
+
+/// A completion computed but not yet applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    pub key: TaskKey,
+    pub record: TaskRecord,
+    pub transition: Transition,
+    pub meta: TaskMeta,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    #[error("no task {0}")]
+    NotFound(String),
+    #[error("task {0} is not in the dead-letter queue")]
+    NotDeadLettered(String),
+    #[error("task {0} is being polled right now; try again in a moment")]
+    InFlight(String),
+}
+
+#[derive(Debug, Default)]
+pub struct Scheduler {
+    tasks: HashMap<TaskKey, Task>,
+    queue: TaskQueue,
+    settings: MonitoringSettings,
+    dirty: HashSet<TaskKey>,
+    deleted: Vec<TaskKey>,
+    in_flight: usize,
+}
+
+impl Scheduler {
+    pub fn new(settings: MonitoringSettings) -> Self {
+        Scheduler {
+            settings,
+            ..Default::default()
+        }
+    }
+
+    pub fn settings(&self) -> &MonitoringSettings {
+        &self.settings
+    }
+
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    pub fn get(&self, key: &TaskKey) -> Option<&Task> {
+        self.tasks.get(key)
+    }
+
+    pub fn tasks(&self) -> impl Iterator<Item = &Task> {
+        self.tasks.values()
+    }
+
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// When the dispatcher should next wake up.
+    pub fn next_wakeup(&self) -> Option<Timestamp> {
+        self.queue.peek().map(|e| e.next_run)
+    }
+
+    fn entry(&self, t: &Task, now: Timestamp) -> QueueEntry {
+        let score = staleness::score(t.rec.last_success, now, self.settings.adaptive.max_interval);
+        QueueEntry {
+            next_run: t.rec.next_run,
+            priority: t.meta.priority,
+            staleness: (score * 1000.0) as u16,
+            key: t.key.clone(),
+        }
+    }
+
+    fn enqueue(&mut self, key: &TaskKey, now: Timestamp) {
+        if let Some(t) = self.tasks.get(key)
+            && t.in_flight.is_none()
+            && !t.is_parked()
+        {
+            let e = self.entry(t, now);
+            self.queue.upsert(e);
+        }
+    }
+
+    /// Put a task on the schedule. With a stored record it resumes its cadence
+    /// (an overdue one is spread over its phase window rather than fired with
+    /// every other overdue task); without one it starts `now` on a cold start
+    /// and at its deterministic phase offset otherwise.
+    pub fn place(
+        &mut self,
+        key: TaskKey,
+        meta: TaskMeta,
+        stored: Option<TaskRecord>,
+        now: Timestamp,
+        cold_start: bool,
+    ) {
+        if self.tasks.contains_key(&key) {
+            self.update_meta(&key, meta, now);
+            return;
+        }
+        let rec = match stored {
+            Some(mut rec) => {
+                if rec.next_run < now {
+                    let iv = task::current_interval(&rec, &meta, &self.settings.adaptive);
+                    rec.next_run = now.plus(phase::offset(&key, iv));
+                }
+                rec
+            }
+            None => {
+                let iv = task::current_interval(&TaskRecord::default(), &meta, &self.settings.adaptive);
+                let next_run = if cold_start { now } else { now.plus(phase::offset(&key, iv)) };
+                self.dirty.insert(key.clone());
+                TaskRecord {
+                    next_run,
+                    ..TaskRecord::default()
+                }
+            }
+        };
+        self.tasks.insert(
+            key.clone(),
+            Task {
+                key: key.clone(),
+                meta,
+                rec,
+                in_flight: None,
+                placed_at: now,
+                removed: false,
+            },
+        );
+        self.enqueue(&key, now);
+    }
+
+    /// A task's group or instance changed (priority, floor, pin): re-time it.
+    pub fn update_meta(&mut self, key: &TaskKey, meta: TaskMeta, now: Timestamp) {
+        let Some(t) = self.tasks.get_mut(key) else { return };
+        if t.meta == meta {
+            return;
+        }
+        t.meta = meta;
+        self.retime_one(key, now, &mut NoJitter);
+    }
+
+    /// Take a task off the schedule for good (its instance or group is gone).
+    pub fn remove(&mut self, key: &TaskKey) {
+        self.queue.remove(key);
+        match self.tasks.get_mut(key) {
+            Some(t) if t.in_flight.is_some() => t.removed = true,
+            Some(_) => {
+                self.tasks.remove(key);
+                self.dirty.remove(key);
+                self.deleted.push(key.clone());
+            }
+            None => {}
+        }
+    }
+
+    /// Pop the next due task and mark it in flight.
+    pub fn pop_due(&mut self, now: Timestamp) -> Option<Dispatch> {
+        let e = self.queue.pop_due(now)?;
+        let t = self.tasks.get_mut(&e.key)?;
+        let due = t.rec.next_run;
+        let breaker = task::on_dispatch(&mut t.rec, now);
+        t.in_flight = Some(due);
+        self.in_flight += 1;
+        self.dirty.insert(e.key.clone());
+        Some(Dispatch {
+            key: e.key,
+            due,
+            meta: t.meta.clone(),
+            breaker,
+        })
+    }
+
+    /// Compute what a finished poll does, without changing anything.
+    pub fn plan_completion<R: Rng + ?Sized>(
+        &self,
+        key: &TaskKey,
+        result: &PollResult,
+        now: Timestamp,
+        rng: &mut R,
+    ) -> Option<Planned> {
+        let t = self.tasks.get(key)?;
+        let due = t.in_flight?;
+        let mut rec = t.rec.clone();
+        let transition = match result {
+            Ok(ok) => task::on_success(&mut rec, &t.meta, ok.digest, due, now, &self.settings.adaptive, rng),
+            Err(err) => task::on_failure(&mut rec, err, now, &self.settings.failure, rng),
+        };
+        Some(Planned {
+            key: key.clone(),
+            record: rec,
+            transition,
+            meta: t.meta.clone(),
+        })
+    }
+
+    /// Make a planned completion visible and queue the task again.
+    pub fn apply(&mut self, planned: Planned, now: Timestamp) {
+        let key = planned.key;
+        let Some(t) = self.tasks.get_mut(&key) else { return };
+        if t.in_flight.take().is_some() {
+            self.in_flight -= 1;
+        }
+        t.rec = planned.record;
+        if t.removed {
+            self.tasks.remove(&key);
+            self.dirty.remove(&key);
+            self.deleted.push(key);
+            return;
+        }
+        self.dirty.insert(key.clone());
+        self.enqueue(&key, now);
+    }
+
+    /// plan + apply, for completions that need no commit in between.
+    pub fn complete<R: Rng + ?Sized>(
+        &mut self,
+        key: &TaskKey,
+        result: &PollResult,
+        now: Timestamp,
+        rng: &mut R,
+    ) -> Option<Transition> {
+        let p = self.plan_completion(key, result, now, rng)?;
+        let tr = p.transition.clone();
+        self.apply(p, now);
+        Some(tr)
+    }
+
+    /// New monitoring settings: store them and re-time every queued task at
+    /// once (no restart). Tasks in backoff keep their retry time; dead-letter
+    /// rechecks follow a changed recheck interval.
+    pub fn set_settings<R: Rng + ?Sized>(&mut self, settings: MonitoringSettings, now: Timestamp, rng: &mut R) {
+        if settings == self.settings {
+            return;
+        }
+        self.settings = settings;
+        let keys: Vec<TaskKey> = self.queue.iter().map(|e| e.key.clone()).collect();
+        for k in keys {
+            self.retime_one(&k, now, rng);
+        }
+    }
+
+    fn retime_one<R: Rng + ?Sized>(&mut self, key: &TaskKey, now: Timestamp, rng: &mut R) {
+        let s = self.settings.clone();
+        let Some(t) = self.tasks.get_mut(key) else { return };
+        if t.in_flight.is_some() || t.is_parked() {
+            return;
+        }
+        let anchor = t.rec.last_attempt.unwrap_or(t.placed_at);
+        if let Some(dl) = t.rec.dead_letter.as_mut() {
+            let recheck = anchor.plus(s.failure.dead_letter_recheck).max(now);
+            if recheck < dl.next_recheck {
+                dl.next_recheck = recheck;
+                t.rec.retry_at = Some(recheck);
+                t.rec.next_run = recheck;
+            }
+        } else if t.rec.failures == 0 && t.rec.breaker == BreakerState::Closed {
+            let step = interval::retime(t.rec.interval_ms, t.meta.priority, t.meta.planned, &s.adaptive, rng);
+            if s.adaptive.enabled {
+                t.rec.interval_ms = step.smoothed_ms;
+            }
+            let mut next = anchor.plus(step.interval);
+            if t.rec.last_attempt.is_none() {
+                next = t.placed_at.plus(phase::offset(key, step.interval));
+            }
+            t.rec.next_run = next.max(now);
+        } else {
+            return;
+        }
+        self.dirty.insert(key.clone());
+        self.enqueue(key, now);
+    }
+
+    /// Operator: probe a dead-lettered task now. It leaves the queue if the
+    /// probe succeeds.
+    pub fn retry_dead_letter(&mut self, key: &TaskKey, now: Timestamp) -> Result<TaskRecord, OpError> {
+        let t = self.tasks.get_mut(key).ok_or_else(|| OpError::NotFound(key.to_string()))?;
+        if t.rec.dead_letter.is_none() {
+            return Err(OpError::NotDeadLettered(key.to_string()));
+        }
+        if t.in_flight.is_some() {
+            return Err(OpError::InFlight(key.to_string()));
+        }
+        if let Some(dl) = t.rec.dead_letter.as_mut() {
+            dl.next_recheck = now;
+        }
+        t.rec.retry_at = Some(now);
+        t.rec.next_run = now;
+        let rec = t.rec.clone();
+        self.dirty.insert(key.clone());
+        self.enqueue(key, now);
+        Ok(rec)
+    }
+
+    /// Operator: drop a task from the dead-letter queue and disable it until
+    /// it is re-enabled.
+    pub fn discard_dead_letter(&mut self, key: &TaskKey) -> Result<TaskRecord, OpError> {
+        let t = self.tasks.get_mut(key).ok_or_else(|| OpError::NotFound(key.to_string()))?;
+        if t.rec.dead_letter.is_none() {
+            return Err(OpError::NotDeadLettered(key.to_string()));
+        }
+        if t.in_flight.is_some() {
+            return Err(OpError::InFlight(key.to_string()));
+        }
+        t.rec.dead_letter = None;
+        t.rec.disabled = true;
+        t.rec.breaker = BreakerState::Closed;
+        t.rec.retry_at = None;
+        let rec = t.rec.clone();
+        self.queue.remove(key);
+        self.dirty.insert(key.clone());
+        Ok(rec)
+    }
+
+    /// Operator: put a discarded task back on its schedule, due now, with a
+    /// clean failure streak.
+    pub fn enable(&mut self, key: &TaskKey, now: Timestamp) -> Result<TaskRecord, OpError> {
+        let t = self.tasks.get_mut(key).ok_or_else(|| OpError::NotFound(key.to_string()))?;
+        t.rec.disabled = false;
+        if t.in_flight.is_none() && t.rec.dead_letter.is_none() {
+            t.rec.failures = 0;
+            t.rec.breaker = BreakerState::Closed;
+            t.rec.retry_at = None;
+            t.rec.next_run = now;
+        }
+        let rec = t.rec.clone();
+        self.dirty.insert(key.clone());
+        self.enqueue(key, now);
+        Ok(rec)
+    }
+
+    /// Records changed since the last call (for the group commit) and keys
+    /// deleted since then.
+    pub fn take_dirty(&mut self) -> (Vec<(TaskKey, TaskRecord)>, Vec<TaskKey>) {
+        let keys: Vec<TaskKey> = self.dirty.drain().collect();
+        let recs = keys
+            .into_iter()
+            .filter_map(|k| self.tasks.get(&k).map(|t| (k, t.rec.clone())))
+            .collect();
+        (recs, std::mem::take(&mut self.deleted))
+    }
+
+    /// Tasks queued and due by `now + within` (overdue included, running not).
+    pub fn due_within(&self, now: Timestamp, within: Duration) -> usize {
+        let limit = now.plus(within);
+        self.queue.iter().filter(|e| e.next_run <= limit).count()
+    }
+
+    /// Queued tasks by instance type.
+    pub fn queued_per_type(&self) -> BTreeMap<Arc<str>, usize> {
+        let mut m = BTreeMap::new();
+        for e in self.queue.iter() {
+            if let Some(t) = self.tasks.get(&e.key) {
+                *m.entry(t.meta.type_name.clone()).or_insert(0) += 1;
+            }
+        }
+        m
+    }
+
+    /// Tasks in flight by instance type.
+    pub fn in_flight_per_type(&self) -> BTreeMap<Arc<str>, usize> {
+        let mut m = BTreeMap::new();
+        for t in self.tasks.values().filter(|t| t.in_flight.is_some()) {
+            *m.entry(t.meta.type_name.clone()).or_insert(0) += 1;
+        }
+        m
+    }
+
+    /// Dead-lettered tasks, most recent entry first.
+    pub fn dead_letters(&self) -> Vec<&Task> {
+        let mut v: Vec<&Task> = self.tasks.values().filter(|t| t.rec.dead_letter.is_some()).collect();
+        v.sort_by(|a, b| {
+            let sa = a.rec.dead_letter.as_ref().map(|d| d.since);
+            let sb = b.rec.dead_letter.as_ref().map(|d| d.since);
+            sb.cmp(&sa).then_with(|| a.key.cmp(&b.key))
+        });
+        v
+    }
+
+    /// The interval a task is on now.
+    pub fn interval_of(&self, t: &Task) -> Duration {
+        task::current_interval(&t.rec, &t.meta, &self.settings.adaptive)
+    }
+}
+
+/// An RNG that always yields the midpoint, for re-timing without a caller RNG
+/// (jitter then comes out as zero).
+struct NoJitter;
+
+impl rand::TryRng for NoJitter {
+    type Error = std::convert::Infallible;
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        Ok(u32::MAX / 2)
+    }
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        Ok(u64::MAX / 2)
+    }
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        dst.fill(0x7f);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ErrorCategory, ErrorKind, PollError, PollSuccess};
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
+
+    const SEC: u64 = 1000;
+
+    fn meta(planned_secs: u64) -> TaskMeta {
+        TaskMeta {
+            type_name: Arc::from("http"),
+            priority: 1,
+            planned: Duration::from_secs(planned_secs),
+        }
+    }
+    fn ok(d: u64) -> PollResult {
+        Ok(PollSuccess {
+            status: 200,
+            digest: d,
+            body_bytes: 2,
+        })
+    }
+    fn fail() -> PollResult {
+        Err(PollError::new(ErrorCategory::Transient, ErrorKind::Connect, "connection refused"))
+    }
+    fn k(i: &str) -> TaskKey {
+        TaskKey::new(i, "probe")
+    }
+
+    #[test]
+    fn cold_start_polls_at_once_and_later_tasks_get_their_phase() {
+        let mut s = Scheduler::new(MonitoringSettings::default());
+        let now = Timestamp(100 * SEC);
+        s.place(k("a"), meta(5), None, now, true);
+        s.place(k("b"), meta(5), None, now, false);
+        assert_eq!(s.get(&k("a")).map(|t| t.rec.next_run), Some(now));
+        let b = s.get(&k("b")).map(|t| t.rec.next_run).unwrap_or_default();
+        assert_eq!(b, now.plus(phase::offset(&k("b"), Duration::from_secs(10))));
+    }
+
+    #[test]
+    fn a_task_is_never_in_flight_twice() {
+        let mut s = Scheduler::new(MonitoringSettings::default());
+        let now = Timestamp(SEC);
+        s.place(k("a"), meta(5), None, now, true);
+        assert!(s.pop_due(now).is_some());
+        assert!(s.pop_due(now.plus(Duration::from_secs(3600))).is_none());
+        assert_eq!((s.in_flight(), s.queue_len()), (1, 0));
+        // re-placing an in-flight task does not queue it again
+        s.place(k("a"), meta(5), None, now, true);
+        assert_eq!(s.queue_len(), 0);
+        // nor does an operator enable
+        let _ = s.enable(&k("a"), now);
+        assert_eq!(s.queue_len(), 0);
+    }
+
+    #[test]
+    fn a_task_that_keeps_succeeding_keeps_its_cadence() {
+        let mut settings = MonitoringSettings::default();
+        settings.adaptive.enabled = false;
+        let mut s = Scheduler::new(settings);
+        let mut rng = SmallRng::seed_from_u64(1);
+        let start = Timestamp(10 * SEC);
+        s.place(k("a"), meta(5), None, start, true);
+        let mut expected = start;
+        for i in 0..100u64 {
+            let d = s.pop_due(expected).expect("due");
+            assert_eq!(d.due, expected);
+            // every poll takes 1.7 s and the dispatcher was a bit late
+            s.complete(&d.key, &ok(i % 3), expected.plus(Duration::from_millis(1700)), &mut rng);
+            expected = expected.plus(Duration::from_secs(5));
+            assert_eq!(s.next_wakeup(), Some(expected), "poll {i}");
+        }
+    }
+
+    #[test]
+    fn dead_letter_completion_is_planned_before_it_is_visible() {
+        let mut settings = MonitoringSettings::default();
+        settings.failure.dead_letter_after = 1;
+        let mut s = Scheduler::new(settings);
+        let mut rng = SmallRng::seed_from_u64(1);
+        let now = Timestamp(SEC);
+        s.place(k("a"), meta(5), None, now, true);
+        let d = s.pop_due(now).expect("due");
+        let p = s.plan_completion(&d.key, &fail(), now, &mut rng).expect("planned");
+        assert!(p.transition.must_commit());
+        assert!(s.dead_letters().is_empty(), "not visible before apply");
+        s.apply(p, now);
+        assert_eq!(s.dead_letters().len(), 1);
+        assert_eq!(s.queue_len(), 1);
+        assert_eq!(s.in_flight(), 0);
+    }
+
+    #[test]
+    fn operator_retry_and_discard() {
+        let mut settings = MonitoringSettings::default();
+        settings.failure.dead_letter_after = 1;
+        let mut s = Scheduler::new(settings);
+        let mut rng = SmallRng::seed_from_u64(1);
+        let now = Timestamp(SEC);
+        s.place(k("a"), meta(5), None, now, true);
+        s.place(k("b"), meta(5), None, now, true);
+        for _ in 0..2 {
+            let d = s.pop_due(now).expect("due");
+            s.complete(&d.key, &fail(), now, &mut rng);
+        }
+        assert_eq!(s.dead_letters().len(), 2);
+        assert_eq!(s.retry_dead_letter(&k("zz"), now), Err(OpError::NotFound("zz/probe".into())));
+
+        let later = now.plus(Duration::from_secs(60));
+        s.retry_dead_letter(&k("a"), later).expect("retry");
+        let d = s.pop_due(later).expect("a is due now");
+        assert_eq!(d.key, k("a"));
+        s.complete(&d.key, &ok(1), later, &mut rng);
+        assert_eq!(s.dead_letters().len(), 1, "a recovered");
+
+        s.discard_dead_letter(&k("b")).expect("discard");
+        assert!(s.dead_letters().is_empty());
+        assert!(s.get(&k("b")).is_some_and(|t| t.rec.disabled));
+        assert!(!s.queue.contains(&k("b")), "discarded tasks are not polled");
+        assert_eq!(s.discard_dead_letter(&k("b")), Err(OpError::NotDeadLettered("b/probe".into())));
+        s.enable(&k("b"), later).expect("enable");
+        assert_eq!(s.pop_due(later).map(|d| d.key), Some(k("b")));
+    }
+
+    #[test]
+    fn resuming_keeps_future_times_and_spreads_overdue_ones() {
+        let mut s = Scheduler::new(MonitoringSettings::default());
+        let now = Timestamp(1000 * SEC);
+        let future = TaskRecord {
+            next_run: now.plus(Duration::from_secs(7)),
+            ..TaskRecord::default()
+        };
+        s.place(k("future"), meta(5), Some(future), now, false);
+        assert_eq!(s.get(&k("future")).map(|t| t.rec.next_run), Some(now.plus(Duration::from_secs(7))));
+
+        for i in 0..200 {
+            let overdue = TaskRecord {
+                next_run: Timestamp(10 * SEC),
+                interval_ms: 60_000,
+                ..TaskRecord::default()
+            };
+            s.place(k(&format!("o{i}")), meta(5), Some(overdue), now, false);
+        }
+        let due_at_once = s.due_within(now, Duration::ZERO);
+        assert!(due_at_once < 10, "{due_at_once} overdue tasks fire at once");
+        assert!(s.due_within(now, Duration::from_secs(30)) >= 199);
+    }
+
+    #[test]
+    fn open_breakers_and_dead_letters_keep_their_times_on_resume() {
+        let mut s = Scheduler::new(MonitoringSettings::default());
+        let now = Timestamp(1000 * SEC);
+        let retry = now.plus(Duration::from_secs(15));
+        let rec = TaskRecord {
+            breaker: BreakerState::Open,
+            failures: 3,
+            retry_at: Some(retry),
+            next_run: retry,
+            ..TaskRecord::default()
+        };
+        s.place(k("a"), meta(5), Some(rec), now, false);
+        assert!(s.pop_due(retry.minus(Duration::from_millis(1))).is_none());
+        let d = s.pop_due(retry).expect("probe at retryAt");
+        assert_eq!(d.breaker, Some((BreakerState::Open, BreakerState::HalfOpen)));
+    }
+
+    #[test]
+    fn settings_changes_retime_queued_tasks_at_once() {
+        let mut s = Scheduler::new(MonitoringSettings::default());
+        let mut rng = SmallRng::seed_from_u64(5);
+        let now = Timestamp(SEC);
+        s.place(k("a"), meta(1), None, now, true);
+        let d = s.pop_due(now).expect("due");
+        // idle for a long time → long interval
+        s.complete(&d.key, &ok(1), now, &mut rng);
+        for _ in 0..30 {
+            let t = s.next_wakeup().unwrap_or_default();
+            let d = s.pop_due(t).expect("due");
+            s.complete(&d.key, &ok(1), t, &mut rng);
+        }
+        let mut m = meta(1);
+        m.priority = 3;
+        let t = s.next_wakeup().unwrap_or_default();
+        s.update_meta(&k("a"), m, t);
+        let long = s.next_wakeup().unwrap_or_default();
+
+        let mut fast = MonitoringSettings::default();
+        fast.adaptive.max_interval = Duration::from_secs(10);
+        fast.adaptive.base_interval = Duration::from_secs(10);
+        let at = t;
+        s.set_settings(fast, at, &mut rng);
+        let last = s.get(&k("a")).and_then(|t| t.rec.last_attempt).unwrap_or_default();
+        let next = s.next_wakeup().unwrap_or_default();
+        assert!(next <= last.plus(Duration::from_millis(10_500)), "next {next:?} long {long:?}");
+
+        let mut off = MonitoringSettings::default();
+        off.adaptive.enabled = false;
+        s.set_settings(off, at, &mut rng);
+        assert_eq!(s.next_wakeup(), Some(last.plus(Duration::from_secs(1)).max(at)));
+    }
+
+    #[test]
+    fn removal_while_in_flight_waits_for_completion() {
+        let mut s = Scheduler::new(MonitoringSettings::default());
+        let mut rng = SmallRng::seed_from_u64(1);
+        let now = Timestamp(SEC);
+        s.place(k("a"), meta(5), None, now, true);
+        let d = s.pop_due(now).expect("due");
+        s.remove(&d.key);
+        assert!(s.get(&d.key).is_some());
+        s.complete(&d.key, &ok(1), now, &mut rng);
+        assert!(s.get(&d.key).is_none());
+        let (_, deleted) = s.take_dirty();
+        assert_eq!(deleted, vec![k("a")]);
+        assert_eq!(s.queue_len(), 0);
+    }
+}

@@ -1,0 +1,6 @@
+//! Pollster: polls many HTTP(S) APIs on an adaptive cadence, inside each API's
+//! rate-limit budget, with circuit breakers, backoff and a durable dead-letter
+//! queue.
+
+pub mod core;
+pub mod model;
