@@ -13,7 +13,9 @@ use std::time::Duration;
 
 /// Milliseconds since the Unix epoch. The scheduling core only ever sees these
 /// values; the engine reads the wall clock and passes them in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Timestamp(pub u64);
 
@@ -29,10 +31,16 @@ impl Timestamp {
         Self::from_system_time(std::time::SystemTime::now())
     }
     pub fn plus(self, d: Duration) -> Self {
-        Timestamp(self.0.saturating_add(d.as_millis().min(u64::MAX as u128) as u64))
+        Timestamp(
+            self.0
+                .saturating_add(d.as_millis().min(u64::MAX as u128) as u64),
+        )
     }
     pub fn minus(self, d: Duration) -> Self {
-        Timestamp(self.0.saturating_sub(d.as_millis().min(u64::MAX as u128) as u64))
+        Timestamp(
+            self.0
+                .saturating_sub(d.as_millis().min(u64::MAX as u128) as u64),
+        )
     }
     /// Time from `earlier` to `self`, zero when `earlier` is later.
     pub fn since(self, earlier: Timestamp) -> Duration {
@@ -149,7 +157,11 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    pub fn new(field: impl Into<String>, value: impl fmt::Display, message: impl Into<String>) -> Self {
+    pub fn new(
+        field: impl Into<String>,
+        value: impl fmt::Display,
+        message: impl Into<String>,
+    ) -> Self {
         FieldError {
             field: field.into(),
             value: value.to_string(),
@@ -290,13 +302,21 @@ pub struct MonitoringSettings {
 
 fn range_f64(errs: &mut Vec<FieldError>, field: &str, v: f64, lo: f64, hi: f64) {
     if !(v.is_finite() && v >= lo && v <= hi) {
-        errs.push(FieldError::new(field, v, format!("must be between {lo} and {hi}")));
+        errs.push(FieldError::new(
+            field,
+            v,
+            format!("must be between {lo} and {hi}"),
+        ));
     }
 }
 
 fn nonzero(errs: &mut Vec<FieldError>, field: &str, d: Duration) {
     if d.is_zero() {
-        errs.push(FieldError::new(field, duration_str::format(d), "must be greater than zero"));
+        errs.push(FieldError::new(
+            field,
+            duration_str::format(d),
+            "must be greater than zero",
+        ));
     }
 }
 
@@ -310,39 +330,78 @@ impl MonitoringSettings {
             e.push(FieldError::new(
                 "adaptive.min_interval",
                 duration_str::format(a.min_interval),
-                format!("must not exceed base_interval ({})", duration_str::format(a.base_interval)),
+                format!(
+                    "must not exceed base_interval ({})",
+                    duration_str::format(a.base_interval)
+                ),
             ));
         }
         if a.base_interval > a.max_interval {
             e.push(FieldError::new(
                 "adaptive.base_interval",
                 duration_str::format(a.base_interval),
-                format!("must not exceed max_interval ({})", duration_str::format(a.max_interval)),
+                format!(
+                    "must not exceed max_interval ({})",
+                    duration_str::format(a.max_interval)
+                ),
             ));
         }
         let s = &self.scheduler;
         if s.workers == 0 || s.workers > 4096 {
-            e.push(FieldError::new("scheduler.workers", s.workers, "must be between 1 and 4096"));
+            e.push(FieldError::new(
+                "scheduler.workers",
+                s.workers,
+                "must be between 1 and 4096",
+            ));
         }
-        range_f64(&mut e, "scheduler.target_utilization", s.target_utilization, 0.1, 1.0);
-        range_f64(&mut e, "scheduler.max_stretch_factor", s.max_stretch_factor, 1.0, 16.0);
-        range_f64(&mut e, "scheduler.aimd_backoff_multiplier", s.aimd_backoff_multiplier, 0.1, 0.9);
-        range_f64(&mut e, "scheduler.aimd_recovery_rps_per_minute", s.aimd_recovery_rps_per_minute, 0.01, 5.0);
-        if s.max_interval < Duration::from_secs(300) || s.max_interval > Duration::from_secs(86400) {
+        range_f64(
+            &mut e,
+            "scheduler.target_utilization",
+            s.target_utilization,
+            0.1,
+            1.0,
+        );
+        range_f64(
+            &mut e,
+            "scheduler.max_stretch_factor",
+            s.max_stretch_factor,
+            1.0,
+            16.0,
+        );
+        range_f64(
+            &mut e,
+            "scheduler.aimd_backoff_multiplier",
+            s.aimd_backoff_multiplier,
+            0.1,
+            0.9,
+        );
+        range_f64(
+            &mut e,
+            "scheduler.aimd_recovery_rps_per_minute",
+            s.aimd_recovery_rps_per_minute,
+            0.01,
+            5.0,
+        );
+        if s.max_interval < Duration::from_secs(300) || s.max_interval > Duration::from_secs(86400)
+        {
             e.push(FieldError::new(
                 "scheduler.max_interval",
                 duration_str::format(s.max_interval),
                 "must be between 5m and 24h",
             ));
         }
-        if s.resolve_interval < Duration::from_secs(60) || s.resolve_interval > Duration::from_secs(86400) {
+        if s.resolve_interval < Duration::from_secs(60)
+            || s.resolve_interval > Duration::from_secs(86400)
+        {
             e.push(FieldError::new(
                 "scheduler.resolve_interval",
                 duration_str::format(s.resolve_interval),
                 "must be between 1m and 24h",
             ));
         }
-        if s.state_flush_interval < Duration::from_millis(10) || s.state_flush_interval > Duration::from_secs(60) {
+        if s.state_flush_interval < Duration::from_millis(10)
+            || s.state_flush_interval > Duration::from_secs(60)
+        {
             e.push(FieldError::new(
                 "scheduler.state_flush_interval",
                 duration_str::format(s.state_flush_interval),
@@ -355,12 +414,22 @@ impl MonitoringSettings {
                 e.push(FieldError::new(&field, k, "key must be \"type/group\""));
             }
             if v.is_zero() {
-                e.push(FieldError::new(&field, "0s", "a pin must be greater than zero"));
+                e.push(FieldError::new(
+                    &field,
+                    "0s",
+                    "a pin must be greater than zero",
+                ));
             }
         }
         let f = &self.failure;
         nonzero(&mut e, "failure.backoff_initial", f.backoff_initial);
-        range_f64(&mut e, "failure.backoff_multiplier", f.backoff_multiplier, 1.0, 10.0);
+        range_f64(
+            &mut e,
+            "failure.backoff_multiplier",
+            f.backoff_multiplier,
+            1.0,
+            10.0,
+        );
         range_f64(&mut e, "failure.backoff_jitter", f.backoff_jitter, 0.0, 0.5);
         if f.backoff_max < f.backoff_initial {
             e.push(FieldError::new(
@@ -370,10 +439,18 @@ impl MonitoringSettings {
             ));
         }
         if f.breaker_threshold == 0 || f.breaker_threshold > 100 {
-            e.push(FieldError::new("failure.breaker_threshold", f.breaker_threshold, "must be between 1 and 100"));
+            e.push(FieldError::new(
+                "failure.breaker_threshold",
+                f.breaker_threshold,
+                "must be between 1 and 100",
+            ));
         }
         if f.dead_letter_after == 0 || f.dead_letter_after > 100 {
-            e.push(FieldError::new("failure.dead_letter_after", f.dead_letter_after, "must be between 1 and 100"));
+            e.push(FieldError::new(
+                "failure.dead_letter_after",
+                f.dead_letter_after,
+                "must be between 1 and 100",
+            ));
         }
         nonzero(&mut e, "failure.dead_letter_recheck", f.dead_letter_recheck);
         if e.is_empty() { Ok(()) } else { Err(e) }
@@ -454,10 +531,18 @@ impl TypeDef {
 
     pub fn validate(&self, field: &str) -> Result<(), FieldError> {
         if !valid_name(&self.name) {
-            return Err(FieldError::new(format!("{field}.name"), &self.name, NAME_RULE));
+            return Err(FieldError::new(
+                format!("{field}.name"),
+                &self.name,
+                NAME_RULE,
+            ));
         }
         if self.groups.is_empty() {
-            return Err(FieldError::new(format!("{field}.groups"), "[]", "a type needs at least one group"));
+            return Err(FieldError::new(
+                format!("{field}.groups"),
+                "[]",
+                "a type needs at least one group",
+            ));
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, g) in self.groups.iter().enumerate() {
@@ -466,21 +551,39 @@ impl TypeDef {
                 return Err(FieldError::new(format!("{gf}.name"), &g.name, NAME_RULE));
             }
             if !seen.insert(g.name.as_str()) {
-                return Err(FieldError::new(format!("{gf}.name"), &g.name, "duplicate group name in this type"));
+                return Err(FieldError::new(
+                    format!("{gf}.name"),
+                    &g.name,
+                    "duplicate group name in this type",
+                ));
             }
             if !(1..=4).contains(&g.priority) {
-                return Err(FieldError::new(format!("{gf}.priority"), g.priority, "must be 1, 2, 3 or 4"));
+                return Err(FieldError::new(
+                    format!("{gf}.priority"),
+                    g.priority,
+                    "must be 1, 2, 3 or 4",
+                ));
             }
             if g.floor.is_zero() {
-                return Err(FieldError::new(format!("{gf}.floor"), "0s", "must be greater than zero"));
+                return Err(FieldError::new(
+                    format!("{gf}.floor"),
+                    "0s",
+                    "must be greater than zero",
+                ));
             }
             if !(g.cost.is_finite() && g.cost > 0.0) {
-                return Err(FieldError::new(format!("{gf}.cost"), g.cost, "must be a positive number"));
+                return Err(FieldError::new(
+                    format!("{gf}.cost"),
+                    g.cost,
+                    "must be a positive number",
+                ));
             }
         }
         Ok(())
     }
 }
+
+pub const HIDDEN: &str = "(hidden)";
 
 pub const NAME_RULE: &str =
     "must be 1-64 characters of letters, digits, '-', '_' or '.', starting with a letter or digit";
@@ -490,7 +593,8 @@ pub fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 // ---------------------------------------------------------------- instances
@@ -501,11 +605,23 @@ pub fn valid_name(s: &str) -> bool {
 pub enum Auth {
     #[default]
     None,
-    Bearer { token: String },
-    Header { name: String, value: String },
-    Basic { username: String, password: String },
+    Bearer {
+        token: String,
+    },
+    Header {
+        name: String,
+        value: String,
+    },
+    Basic {
+        username: String,
+        password: String,
+    },
     /// Proxmox API token: `Authorization: PVEAPIToken=USER@REALM!TOKENID=SECRET`.
-    PveToken { user: String, token_id: String, secret: String },
+    PveToken {
+        user: String,
+        token_id: String,
+        secret: String,
+    },
 }
 
 impl Auth {
@@ -569,50 +685,110 @@ impl InstanceConfig {
         }
         match reqwest::Url::parse(&self.url) {
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
-            Ok(_) => return Err(FieldError::new("url", &self.url, "must be an http:// or https:// URL with a host")),
-            Err(e) => return Err(FieldError::new("url", &self.url, format!("not a valid URL: {e}"))),
+            Ok(_) => {
+                return Err(FieldError::new(
+                    "url",
+                    &self.url,
+                    "must be an http:// or https:// URL with a host",
+                ));
+            }
+            Err(e) => {
+                return Err(FieldError::new(
+                    "url",
+                    &self.url,
+                    format!("not a valid URL: {e}"),
+                ));
+            }
         }
         if self.timeout < Duration::from_millis(10) || self.timeout > Duration::from_secs(300) {
-            return Err(FieldError::new("timeout", duration_str::format(self.timeout), "must be between 10ms and 5m"));
+            return Err(FieldError::new(
+                "timeout",
+                duration_str::format(self.timeout),
+                "must be between 10ms and 5m",
+            ));
         }
         if self.max_response_bytes == 0 || self.max_response_bytes > 1 << 30 {
-            return Err(FieldError::new("max_response_bytes", self.max_response_bytes, "must be between 1 and 1073741824"));
+            return Err(FieldError::new(
+                "max_response_bytes",
+                self.max_response_bytes,
+                "must be between 1 and 1073741824",
+            ));
         }
         if let Some(fp) = &self.tls_fingerprint
             && parse_fingerprint(fp).is_none()
         {
-            return Err(FieldError::new("tls_fingerprint", fp, "must be 64 hex digits (SHA-256), colons allowed"));
+            return Err(FieldError::new(
+                "tls_fingerprint",
+                fp,
+                "must be 64 hex digits (SHA-256), colons allowed",
+            ));
         }
         match &self.auth {
             Auth::None => {}
             Auth::Bearer { token } if token.is_empty() || !header_safe(token) => {
-                return Err(FieldError::new("auth.token", "(hidden)", "must be non-empty printable text"));
+                return Err(FieldError::new(
+                    "auth.token",
+                    "(hidden)",
+                    "must be non-empty printable text",
+                ));
             }
             Auth::Header { name, value } => {
-                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)) {
-                    return Err(FieldError::new("auth.name", name, "must be a valid HTTP header name"));
+                if name.is_empty()
+                    || !name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
+                {
+                    return Err(FieldError::new(
+                        "auth.name",
+                        name,
+                        "must be a valid HTTP header name",
+                    ));
                 }
                 if !header_safe(value) {
-                    return Err(FieldError::new("auth.value", "(hidden)", "must be printable text"));
+                    return Err(FieldError::new(
+                        "auth.value",
+                        "(hidden)",
+                        "must be printable text",
+                    ));
                 }
             }
             Auth::Basic { username, password } => {
                 if username.is_empty() || username.contains(':') || !header_safe(username) {
-                    return Err(FieldError::new("auth.username", username, "must be non-empty and contain no ':'"));
+                    return Err(FieldError::new(
+                        "auth.username",
+                        username,
+                        "must be non-empty and contain no ':'",
+                    ));
                 }
                 if !header_safe(password) {
-                    return Err(FieldError::new("auth.password", "(hidden)", "must be printable text"));
+                    return Err(FieldError::new(
+                        "auth.password",
+                        "(hidden)",
+                        "must be printable text",
+                    ));
                 }
             }
-            Auth::PveToken { user, token_id, secret } => {
+            Auth::PveToken {
+                user,
+                token_id,
+                secret,
+            } => {
                 if !user.contains('@') || user.contains('!') || !header_safe(user) {
                     return Err(FieldError::new("auth.user", user, "must be USER@REALM"));
                 }
                 if token_id.is_empty() || token_id.contains('=') || !header_safe(token_id) {
-                    return Err(FieldError::new("auth.token_id", token_id, "must be a non-empty token id"));
+                    return Err(FieldError::new(
+                        "auth.token_id",
+                        token_id,
+                        "must be a non-empty token id",
+                    ));
                 }
                 if secret.is_empty() || !header_safe(secret) {
-                    return Err(FieldError::new("auth.secret", "(hidden)", "must be non-empty printable text"));
+                    return Err(FieldError::new(
+                        "auth.secret",
+                        "(hidden)",
+                        "must be non-empty printable text",
+                    ));
                 }
             }
             Auth::Bearer { .. } => {}
@@ -622,14 +798,18 @@ impl InstanceConfig {
                 return Err(FieldError::new(format!("labels.{k}"), k, NAME_RULE));
             }
             if v.len() > 256 {
-                return Err(FieldError::new(format!("labels.{k}"), v, "must be at most 256 characters"));
+                return Err(FieldError::new(
+                    format!("labels.{k}"),
+                    v,
+                    "must be at most 256 characters",
+                ));
             }
         }
         Ok(())
     }
 }
 
-fn header_safe(s: &str) -> bool {
+pub fn header_safe(s: &str) -> bool {
     s.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
@@ -762,14 +942,16 @@ impl BreakerState {
 }
 
 /// Why a task sits in the dead-letter queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeadLetterReason {
+    #[default]
     MaxRetryAttempts,
     PermanentFailure,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DeadLetterRecord {
     pub reason: DeadLetterReason,
     /// When the task entered the queue.
@@ -782,6 +964,7 @@ pub struct DeadLetterRecord {
 
 /// Everything the scheduler remembers about one task across restarts (§4).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TaskRecord {
     pub last_attempt: Option<Timestamp>,
     pub last_success: Option<Timestamp>,

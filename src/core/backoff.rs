@@ -21,7 +21,11 @@ pub fn base_delay(failures: u32, s: &FailureSettings) -> Duration {
 pub fn delay<R: Rng + ?Sized>(failures: u32, s: &FailureSettings, rng: &mut R) -> Duration {
     let base = base_delay(failures, s).as_millis() as f64;
     let j = s.backoff_jitter.clamp(0.0, 1.0);
-    let factor = if j > 0.0 { 1.0 + rng.random_range(-j..=j) } else { 1.0 };
+    let factor = if j > 0.0 {
+        1.0 + rng.random_range(-j..=j)
+    } else {
+        1.0
+    };
     let cap = s.backoff_max.as_millis() as f64;
     Duration::from_millis((base * factor).min(cap).max(0.0) as u64)
 }
@@ -54,7 +58,10 @@ mod tests {
 
     #[test]
     fn zero_jitter_is_exact() {
-        let s = FailureSettings { backoff_jitter: 0.0, ..defaults() };
+        let s = FailureSettings {
+            backoff_jitter: 0.0,
+            ..defaults()
+        };
         let mut rng = SmallRng::seed_from_u64(7);
         assert_eq!(delay(3, &s, &mut rng), Duration::from_secs(20));
     }

@@ -22,7 +22,12 @@ pub struct QueueEntry {
 
 impl QueueEntry {
     fn sort_key(&self) -> (Timestamp, u8, std::cmp::Reverse<u16>, &TaskKey) {
-        (self.next_run, self.priority, std::cmp::Reverse(self.staleness), &self.key)
+        (
+            self.next_run,
+            self.priority,
+            std::cmp::Reverse(self.staleness),
+            &self.key,
+        )
     }
 }
 
@@ -207,7 +212,10 @@ mod tests {
         let mut q = TaskQueue::new();
         q.upsert(e(50, 1, 0, "a"));
         assert!(q.pop_due(Timestamp(49)).is_none());
-        assert_eq!(q.pop_due(Timestamp(50)).map(|e| e.next_run), Some(Timestamp(50)));
+        assert_eq!(
+            q.pop_due(Timestamp(50)).map(|e| e.next_run),
+            Some(Timestamp(50))
+        );
         assert!(q.is_empty());
     }
 
@@ -220,8 +228,14 @@ mod tests {
         assert_eq!(q.len(), 2);
         assert_eq!(q.peek().map(|e| e.next_run), Some(Timestamp(10)));
         q.upsert(e(99, 1, 0, "a"));
-        assert_eq!(q.peek().map(|e| e.key.instance.to_string()), Some("b".into()));
-        assert_eq!(q.remove(&TaskKey::new("a", "g")).map(|e| e.next_run), Some(Timestamp(99)));
+        assert_eq!(
+            q.peek().map(|e| e.key.instance.to_string()),
+            Some("b".into())
+        );
+        assert_eq!(
+            q.remove(&TaskKey::new("a", "g")).map(|e| e.next_run),
+            Some(Timestamp(99))
+        );
         assert!(q.remove(&TaskKey::new("a", "g")).is_none());
         q.check_invariants();
     }

@@ -16,9 +16,7 @@
 use super::queue::{QueueEntry, TaskQueue};
 use super::task::{self, TaskMeta, Transition};
 use super::{interval, phase, staleness};
-use crate::model::{
-    BreakerState, MonitoringSettings, PollResult, TaskKey, TaskRecord, Timestamp,
-};
+use crate::model::{BreakerState, MonitoringSettings, PollResult, TaskKey, TaskRecord, Timestamp};
 use rand::Rng;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -168,8 +166,13 @@ impl Scheduler {
                 rec
             }
             None => {
-                let iv = task::current_interval(&TaskRecord::default(), &meta, &self.settings.adaptive);
-                let next_run = if cold_start { now } else { now.plus(phase::offset(&key, iv)) };
+                let iv =
+                    task::current_interval(&TaskRecord::default(), &meta, &self.settings.adaptive);
+                let next_run = if cold_start {
+                    now
+                } else {
+                    now.plus(phase::offset(&key, iv))
+                };
                 self.dirty.insert(key.clone());
                 TaskRecord {
                     next_run,
@@ -193,7 +196,9 @@ impl Scheduler {
 
     /// A task's group or instance changed (priority, floor, pin): re-time it.
     pub fn update_meta(&mut self, key: &TaskKey, meta: TaskMeta, now: Timestamp) {
-        let Some(t) = self.tasks.get_mut(key) else { return };
+        let Some(t) = self.tasks.get_mut(key) else {
+            return;
+        };
         if t.meta == meta {
             return;
         }
@@ -244,7 +249,15 @@ impl Scheduler {
         let due = t.in_flight?;
         let mut rec = t.rec.clone();
         let transition = match result {
-            Ok(ok) => task::on_success(&mut rec, &t.meta, ok.digest, due, now, &self.settings.adaptive, rng),
+            Ok(ok) => task::on_success(
+                &mut rec,
+                &t.meta,
+                ok.digest,
+                due,
+                now,
+                &self.settings.adaptive,
+                rng,
+            ),
             Err(err) => task::on_failure(&mut rec, err, now, &self.settings.failure, rng),
         };
         Some(Planned {
@@ -258,7 +271,9 @@ impl Scheduler {
     /// Make a planned completion visible and queue the task again.
     pub fn apply(&mut self, planned: Planned, now: Timestamp) {
         let key = planned.key;
-        let Some(t) = self.tasks.get_mut(&key) else { return };
+        let Some(t) = self.tasks.get_mut(&key) else {
+            return;
+        };
         if t.in_flight.take().is_some() {
             self.in_flight -= 1;
         }
@@ -290,7 +305,12 @@ impl Scheduler {
     /// New monitoring settings: store them and re-time every queued task at
     /// once (no restart). Tasks in backoff keep their retry time; dead-letter
     /// rechecks follow a changed recheck interval.
-    pub fn set_settings<R: Rng + ?Sized>(&mut self, settings: MonitoringSettings, now: Timestamp, rng: &mut R) {
+    pub fn set_settings<R: Rng + ?Sized>(
+        &mut self,
+        settings: MonitoringSettings,
+        now: Timestamp,
+        rng: &mut R,
+    ) {
         if settings == self.settings {
             return;
         }
@@ -303,7 +323,9 @@ impl Scheduler {
 
     fn retime_one<R: Rng + ?Sized>(&mut self, key: &TaskKey, now: Timestamp, rng: &mut R) {
         let s = self.settings.clone();
-        let Some(t) = self.tasks.get_mut(key) else { return };
+        let Some(t) = self.tasks.get_mut(key) else {
+            return;
+        };
         if t.in_flight.is_some() || t.is_parked() {
             return;
         }
@@ -316,7 +338,13 @@ impl Scheduler {
                 t.rec.next_run = recheck;
             }
         } else if t.rec.failures == 0 && t.rec.breaker == BreakerState::Closed {
-            let step = interval::retime(t.rec.interval_ms, t.meta.priority, t.meta.planned, &s.adaptive, rng);
+            let step = interval::retime(
+                t.rec.interval_ms,
+                t.meta.priority,
+                t.meta.planned,
+                &s.adaptive,
+                rng,
+            );
             if s.adaptive.enabled {
                 t.rec.interval_ms = step.smoothed_ms;
             }
@@ -334,8 +362,15 @@ impl Scheduler {
 
     /// Operator: probe a dead-lettered task now. It leaves the queue if the
     /// probe succeeds.
-    pub fn retry_dead_letter(&mut self, key: &TaskKey, now: Timestamp) -> Result<TaskRecord, OpError> {
-        let t = self.tasks.get_mut(key).ok_or_else(|| OpError::NotFound(key.to_string()))?;
+    pub fn retry_dead_letter(
+        &mut self,
+        key: &TaskKey,
+        now: Timestamp,
+    ) -> Result<TaskRecord, OpError> {
+        let t = self
+            .tasks
+            .get_mut(key)
+            .ok_or_else(|| OpError::NotFound(key.to_string()))?;
         if t.rec.dead_letter.is_none() {
             return Err(OpError::NotDeadLettered(key.to_string()));
         }
@@ -356,7 +391,10 @@ impl Scheduler {
     /// Operator: drop a task from the dead-letter queue and disable it until
     /// it is re-enabled.
     pub fn discard_dead_letter(&mut self, key: &TaskKey) -> Result<TaskRecord, OpError> {
-        let t = self.tasks.get_mut(key).ok_or_else(|| OpError::NotFound(key.to_string()))?;
+        let t = self
+            .tasks
+            .get_mut(key)
+            .ok_or_else(|| OpError::NotFound(key.to_string()))?;
         if t.rec.dead_letter.is_none() {
             return Err(OpError::NotDeadLettered(key.to_string()));
         }
@@ -376,7 +414,10 @@ impl Scheduler {
     /// Operator: put a discarded task back on its schedule, due now, with a
     /// clean failure streak.
     pub fn enable(&mut self, key: &TaskKey, now: Timestamp) -> Result<TaskRecord, OpError> {
-        let t = self.tasks.get_mut(key).ok_or_else(|| OpError::NotFound(key.to_string()))?;
+        let t = self
+            .tasks
+            .get_mut(key)
+            .ok_or_else(|| OpError::NotFound(key.to_string()))?;
         t.rec.disabled = false;
         if t.in_flight.is_none() && t.rec.dead_letter.is_none() {
             t.rec.failures = 0;
@@ -399,6 +440,17 @@ impl Scheduler {
             .filter_map(|k| self.tasks.get(&k).map(|t| (k, t.rec.clone())))
             .collect();
         (recs, std::mem::take(&mut self.deleted))
+    }
+
+    /// Mark records to be written with the next flush again.
+    pub fn mark_dirty(&mut self, keys: impl IntoIterator<Item = TaskKey>) {
+        for k in keys {
+            if self.tasks.contains_key(&k) {
+                self.dirty.insert(k);
+            } else {
+                self.deleted.push(k);
+            }
+        }
     }
 
     /// Tasks queued and due by `now + within` (overdue included, running not).
@@ -429,7 +481,11 @@ impl Scheduler {
 
     /// Dead-lettered tasks, most recent entry first.
     pub fn dead_letters(&self) -> Vec<&Task> {
-        let mut v: Vec<&Task> = self.tasks.values().filter(|t| t.rec.dead_letter.is_some()).collect();
+        let mut v: Vec<&Task> = self
+            .tasks
+            .values()
+            .filter(|t| t.rec.dead_letter.is_some())
+            .collect();
         v.sort_by(|a, b| {
             let sa = a.rec.dead_letter.as_ref().map(|d| d.since);
             let sb = b.rec.dead_letter.as_ref().map(|d| d.since);
@@ -486,7 +542,11 @@ mod tests {
         })
     }
     fn fail() -> PollResult {
-        Err(PollError::new(ErrorCategory::Transient, ErrorKind::Connect, "connection refused"))
+        Err(PollError::new(
+            ErrorCategory::Transient,
+            ErrorKind::Connect,
+            "connection refused",
+        ))
     }
     fn k(i: &str) -> TaskKey {
         TaskKey::new(i, "probe")
@@ -532,7 +592,12 @@ mod tests {
             let d = s.pop_due(expected).expect("due");
             assert_eq!(d.due, expected);
             // every poll takes 1.7 s and the dispatcher was a bit late
-            s.complete(&d.key, &ok(i % 3), expected.plus(Duration::from_millis(1700)), &mut rng);
+            s.complete(
+                &d.key,
+                &ok(i % 3),
+                expected.plus(Duration::from_millis(1700)),
+                &mut rng,
+            );
             expected = expected.plus(Duration::from_secs(5));
             assert_eq!(s.next_wakeup(), Some(expected), "poll {i}");
         }
@@ -547,7 +612,9 @@ mod tests {
         let now = Timestamp(SEC);
         s.place(k("a"), meta(5), None, now, true);
         let d = s.pop_due(now).expect("due");
-        let p = s.plan_completion(&d.key, &fail(), now, &mut rng).expect("planned");
+        let p = s
+            .plan_completion(&d.key, &fail(), now, &mut rng)
+            .expect("planned");
         assert!(p.transition.must_commit());
         assert!(s.dead_letters().is_empty(), "not visible before apply");
         s.apply(p, now);
@@ -570,7 +637,10 @@ mod tests {
             s.complete(&d.key, &fail(), now, &mut rng);
         }
         assert_eq!(s.dead_letters().len(), 2);
-        assert_eq!(s.retry_dead_letter(&k("zz"), now), Err(OpError::NotFound("zz/probe".into())));
+        assert_eq!(
+            s.retry_dead_letter(&k("zz"), now),
+            Err(OpError::NotFound("zz/probe".into()))
+        );
 
         let later = now.plus(Duration::from_secs(60));
         s.retry_dead_letter(&k("a"), later).expect("retry");
@@ -583,7 +653,10 @@ mod tests {
         assert!(s.dead_letters().is_empty());
         assert!(s.get(&k("b")).is_some_and(|t| t.rec.disabled));
         assert!(!s.queue.contains(&k("b")), "discarded tasks are not polled");
-        assert_eq!(s.discard_dead_letter(&k("b")), Err(OpError::NotDeadLettered("b/probe".into())));
+        assert_eq!(
+            s.discard_dead_letter(&k("b")),
+            Err(OpError::NotDeadLettered("b/probe".into()))
+        );
         s.enable(&k("b"), later).expect("enable");
         assert_eq!(s.pop_due(later).map(|d| d.key), Some(k("b")));
     }
@@ -597,7 +670,10 @@ mod tests {
             ..TaskRecord::default()
         };
         s.place(k("future"), meta(5), Some(future), now, false);
-        assert_eq!(s.get(&k("future")).map(|t| t.rec.next_run), Some(now.plus(Duration::from_secs(7))));
+        assert_eq!(
+            s.get(&k("future")).map(|t| t.rec.next_run),
+            Some(now.plus(Duration::from_secs(7)))
+        );
 
         for i in 0..200 {
             let overdue = TaskRecord {
@@ -627,7 +703,10 @@ mod tests {
         s.place(k("a"), meta(5), Some(rec), now, false);
         assert!(s.pop_due(retry.minus(Duration::from_millis(1))).is_none());
         let d = s.pop_due(retry).expect("probe at retryAt");
-        assert_eq!(d.breaker, Some((BreakerState::Open, BreakerState::HalfOpen)));
+        assert_eq!(
+            d.breaker,
+            Some((BreakerState::Open, BreakerState::HalfOpen))
+        );
     }
 
     #[test]
@@ -655,14 +734,23 @@ mod tests {
         fast.adaptive.base_interval = Duration::from_secs(10);
         let at = t;
         s.set_settings(fast, at, &mut rng);
-        let last = s.get(&k("a")).and_then(|t| t.rec.last_attempt).unwrap_or_default();
+        let last = s
+            .get(&k("a"))
+            .and_then(|t| t.rec.last_attempt)
+            .unwrap_or_default();
         let next = s.next_wakeup().unwrap_or_default();
-        assert!(next <= last.plus(Duration::from_millis(10_500)), "next {next:?} long {long:?}");
+        assert!(
+            next <= last.plus(Duration::from_millis(10_500)),
+            "next {next:?} long {long:?}"
+        );
 
         let mut off = MonitoringSettings::default();
         off.adaptive.enabled = false;
         s.set_settings(off, at, &mut rng);
-        assert_eq!(s.next_wakeup(), Some(last.plus(Duration::from_secs(1)).max(at)));
+        assert_eq!(
+            s.next_wakeup(),
+            Some(last.plus(Duration::from_secs(1)).max(at))
+        );
     }
 
     #[test]

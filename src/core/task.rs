@@ -71,7 +71,10 @@ pub fn current_interval(rec: &TaskRecord, meta: &TaskMeta, s: &AdaptiveSettings)
 /// elapsed lets this one probe through as `half_open`.
 pub fn on_dispatch(rec: &mut TaskRecord, now: Timestamp) -> Option<(BreakerState, BreakerState)> {
     rec.last_attempt = Some(now);
-    if rec.breaker == BreakerState::Open && rec.dead_letter.is_none() && rec.retry_at.is_none_or(|t| t <= now) {
+    if rec.breaker == BreakerState::Open
+        && rec.dead_letter.is_none()
+        && rec.retry_at.is_none_or(|t| t <= now)
+    {
         rec.breaker = BreakerState::HalfOpen;
         return Some((BreakerState::Open, BreakerState::HalfOpen));
     }
@@ -112,7 +115,15 @@ pub fn on_success<R: Rng + ?Sized>(
     rec.breaker = BreakerState::Closed;
     rec.retry_at = None;
     rec.backoff_delay_ms = 0;
-    let step = interval::on_success(t.changed, rec.idle_streak, rec.interval_ms, meta.priority, meta.planned, s, rng);
+    let step = interval::on_success(
+        t.changed,
+        rec.idle_streak,
+        rec.interval_ms,
+        meta.priority,
+        meta.planned,
+        s,
+        rng,
+    );
     if s.enabled {
         rec.interval_ms = step.smoothed_ms;
     }
@@ -214,7 +225,11 @@ mod tests {
         PollError::new(ErrorCategory::Transient, ErrorKind::Timeout, "timed out")
     }
     fn permanent() -> PollError {
-        let mut e = PollError::new(ErrorCategory::Permanent, ErrorKind::Http, "HTTP 401 Unauthorized");
+        let mut e = PollError::new(
+            ErrorCategory::Permanent,
+            ErrorKind::Http,
+            "HTTP 401 Unauthorized",
+        );
         e.status = Some(401);
         e
     }
@@ -236,7 +251,10 @@ mod tests {
         // failure 1 → ≈ 5 s, closed
         on_dispatch(&mut r, now);
         let t = on_failure(&mut r, &transient(), now, &s, &mut rng);
-        assert_eq!((r.failures, r.breaker, r.next_run), (1, BreakerState::Closed, now.plus(Duration::from_secs(5))));
+        assert_eq!(
+            (r.failures, r.breaker, r.next_run),
+            (1, BreakerState::Closed, now.plus(Duration::from_secs(5)))
+        );
         assert_eq!(t, Transition::default());
 
         // failure 2 → ≈ 10 s, closed
@@ -256,25 +274,44 @@ mod tests {
 
         // at retryAt: half_open, one probe; failure 4 → open, ≈ 40 s
         now = r.retry_at.unwrap_or_default();
-        assert_eq!(on_dispatch(&mut r, now), Some((BreakerState::Open, BreakerState::HalfOpen)));
+        assert_eq!(
+            on_dispatch(&mut r, now),
+            Some((BreakerState::Open, BreakerState::HalfOpen))
+        );
         let t = on_failure(&mut r, &transient(), now, &s, &mut rng);
         assert_eq!(r.breaker, BreakerState::Open);
         assert_eq!(r.retry_at, Some(now.plus(Duration::from_secs(40))));
-        assert_eq!(t.breaker, Some((BreakerState::HalfOpen, BreakerState::Open)));
+        assert_eq!(
+            t.breaker,
+            Some((BreakerState::HalfOpen, BreakerState::Open))
+        );
 
         // failure 5 → dead-letter, recheck 30 min, breaker open with retryAt = recheck
         now = r.retry_at.unwrap_or_default();
         on_dispatch(&mut r, now);
         let t = on_failure(&mut r, &transient(), now, &s, &mut rng);
         let recheck = now.plus(Duration::from_secs(1800));
-        assert_eq!(t.dead_letter, Some(DeadLetterMove::Entered(DeadLetterReason::MaxRetryAttempts)));
+        assert_eq!(
+            t.dead_letter,
+            Some(DeadLetterMove::Entered(DeadLetterReason::MaxRetryAttempts))
+        );
         assert!(t.must_commit());
-        assert_eq!(r.dead_letter.as_ref().map(|d| d.next_recheck), Some(recheck));
-        assert_eq!((r.breaker, r.retry_at, r.next_run), (BreakerState::Open, Some(recheck), recheck));
+        assert_eq!(
+            r.dead_letter.as_ref().map(|d| d.next_recheck),
+            Some(recheck)
+        );
+        assert_eq!(
+            (r.breaker, r.retry_at, r.next_run),
+            (BreakerState::Open, Some(recheck), recheck)
+        );
 
         // a failed recheck keeps it there for another 30 min
         now = recheck;
-        assert_eq!(on_dispatch(&mut r, now), None, "a dead-letter recheck is not a half-open probe");
+        assert_eq!(
+            on_dispatch(&mut r, now),
+            None,
+            "a dead-letter recheck is not a half-open probe"
+        );
         let t = on_failure(&mut r, &transient(), now, &s, &mut rng);
         assert_eq!(t.dead_letter, Some(DeadLetterMove::Rechecked));
         assert!(!t.must_commit());
@@ -284,10 +321,21 @@ mod tests {
         // a successful recheck leaves the queue and closes the breaker
         now = r.next_run;
         on_dispatch(&mut r, now);
-        let t = on_success(&mut r, &meta(), 7, now, now, &AdaptiveSettings::default(), &mut rng);
+        let t = on_success(
+            &mut r,
+            &meta(),
+            7,
+            now,
+            now,
+            &AdaptiveSettings::default(),
+            &mut rng,
+        );
         assert_eq!(t.dead_letter, Some(DeadLetterMove::Left));
         assert_eq!(t.breaker, Some((BreakerState::Open, BreakerState::Closed)));
-        assert_eq!((r.failures, r.breaker, r.retry_at, r.dead_letter.is_none()), (0, BreakerState::Closed, None, true));
+        assert_eq!(
+            (r.failures, r.breaker, r.retry_at, r.dead_letter.is_none()),
+            (0, BreakerState::Closed, None, true)
+        );
     }
 
     #[test]
@@ -296,7 +344,10 @@ mod tests {
         let mut r = TaskRecord::default();
         let now = Timestamp(5 * SEC);
         let t = on_failure(&mut r, &permanent(), now, &no_jitter(), &mut rng);
-        assert_eq!(t.dead_letter, Some(DeadLetterMove::Entered(DeadLetterReason::PermanentFailure)));
+        assert_eq!(
+            t.dead_letter,
+            Some(DeadLetterMove::Entered(DeadLetterReason::PermanentFailure))
+        );
         assert_eq!(r.failures, 1);
         assert_eq!(r.last_error.as_ref().and_then(|e| e.status), Some(401));
     }
@@ -337,7 +388,10 @@ mod tests {
         let mut e = PollError::new(ErrorCategory::Transient, ErrorKind::RateLimited, "HTTP 429");
         e.retry_after = Some(Duration::from_secs(3));
         on_failure(&mut r, &e, Timestamp(10), &no_jitter(), &mut rng);
-        assert_eq!((r.breaker, r.failures, r.retry_at), (BreakerState::Open, 3, Some(Timestamp(3010))));
+        assert_eq!(
+            (r.breaker, r.failures, r.retry_at),
+            (BreakerState::Open, 3, Some(Timestamp(3010)))
+        );
     }
 
     #[test]
@@ -350,7 +404,15 @@ mod tests {
         let mut r = TaskRecord::default();
         let due = Timestamp(100 * SEC);
         // the poll took 3 s
-        on_success(&mut r, &meta(), 1, due, due.plus(Duration::from_secs(3)), &s, &mut rng);
+        on_success(
+            &mut r,
+            &meta(),
+            1,
+            due,
+            due.plus(Duration::from_secs(3)),
+            &s,
+            &mut rng,
+        );
         assert_eq!(r.next_run, due.plus(Duration::from_secs(5)));
         // but a poll that overran its whole interval is not scheduled in the past
         let late = due.plus(Duration::from_secs(60));
@@ -384,8 +446,27 @@ mod tests {
         assert_eq!(r.breaker, BreakerState::Open);
         let at = r.retry_at.unwrap_or_default();
         on_dispatch(&mut r, at);
-        let t = on_success(&mut r, &meta(), 9, now, now, &AdaptiveSettings::default(), &mut rng);
-        assert_eq!(t.breaker, Some((BreakerState::HalfOpen, BreakerState::Closed)));
-        assert_eq!((r.failures, r.backoff_delay_ms, r.retry_at, r.last_error.is_none()), (0, 0, None, true));
+        let t = on_success(
+            &mut r,
+            &meta(),
+            9,
+            now,
+            now,
+            &AdaptiveSettings::default(),
+            &mut rng,
+        );
+        assert_eq!(
+            t.breaker,
+            Some((BreakerState::HalfOpen, BreakerState::Closed))
+        );
+        assert_eq!(
+            (
+                r.failures,
+                r.backoff_delay_ms,
+                r.retry_at,
+                r.last_error.is_none()
+            ),
+            (0, 0, None, true)
+        );
     }
 }

@@ -1,0 +1,471 @@
+//! The engine: the tokio side of scheduling. One dispatcher sleeps until the
+//! next task is due (or until something changes) and hands due tasks to at
+//! most `scheduler.workers` concurrent polls; a flusher group-commits task
+//! state every `state_flush_interval`; operator actions and settings changes
+//! are committed before they are acknowledged.
+//!
+//! Concurrency: the pure [`Scheduler`] sits behind one `std::sync::Mutex`,
+//! held only for short, non-async sections. Every write of task rows goes
+//! through `write_lock` (an async mutex), and a durable completion is applied
+//! to the scheduler while that lock is held, so a group commit can never
+//! write an older record over a dead-letter move.
+
+pub mod catalog;
+pub mod settings;
+
+use crate::core::Scheduler;
+use crate::core::scheduler::{OpError, Planned};
+use crate::core::task::{DeadLetterMove, Transition};
+use crate::metrics::Metrics;
+use crate::model::{
+    BreakerState, ErrorCategory, ErrorKind, MonitoringSettings, PollError, PollResult, TaskKey,
+    TaskRecord, Timestamp,
+};
+use crate::poll::Poller;
+use crate::store::Store;
+use catalog::Catalog;
+use settings::SettingsLayers;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, watch};
+
+/// How long shutdown waits for polls in flight before abandoning them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Due tasks waiting this long with no dispatch make the appliance unready.
+pub const STALL_AFTER: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("background task failed: {0}")]
+    Join(String),
+    #[error(transparent)]
+    Op(#[from] OpError),
+}
+
+pub struct Shared {
+    pub scheduler: Arc<Mutex<Scheduler>>,
+    pub store: Store,
+    pub poller: Poller,
+    pub metrics: Metrics,
+    catalog: RwLock<Arc<Catalog>>,
+    pub settings: Mutex<SettingsLayers>,
+    write_lock: tokio::sync::Mutex<()>,
+    wake: Notify,
+    idle: Notify,
+    ready: AtomicBool,
+    last_dispatch_ms: AtomicU64,
+    stopping: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves valid data (every mutation is
+    // a few assignments); keep serving rather than cascading the panic.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub fn new(
+        store: Store,
+        poller: Poller,
+        catalog: Catalog,
+        layers: SettingsLayers,
+        settings: MonitoringSettings,
+    ) -> Result<Arc<Shared>, prometheus::Error> {
+        let scheduler = Arc::new(Mutex::new(Scheduler::new(settings)));
+        let metrics = Metrics::new(scheduler.clone())?;
+        Ok(Arc::new(Shared {
+            scheduler,
+            store,
+            poller,
+            metrics,
+            catalog: RwLock::new(Arc::new(catalog)),
+            settings: Mutex::new(layers),
+            write_lock: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
+            idle: Notify::new(),
+            ready: AtomicBool::new(false),
+            last_dispatch_ms: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+        }))
+    }
+
+    pub fn sched(&self) -> MutexGuard<'_, Scheduler> {
+        lock(&self.scheduler)
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn monitoring(&self) -> MonitoringSettings {
+        self.sched().settings().clone()
+    }
+
+    /// Wake the dispatcher: something about the schedule changed.
+    pub fn poke(&self) {
+        self.wake.notify_one();
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Ready unless state is still loading or the dispatcher is stalled: due
+    /// tasks waiting with no dispatch for [`STALL_AFTER`]. Failing targets
+    /// never make the appliance unready.
+    pub fn readiness(&self, now: Timestamp) -> Result<(), String> {
+        if !self.is_ready() {
+            return Err("loading state".into());
+        }
+        let oldest_due = self.sched().next_wakeup();
+        if let Some(due) = oldest_due
+            && now.since(due) > STALL_AFTER
+        {
+            let last = Timestamp(self.last_dispatch_ms.load(Ordering::Relaxed));
+            if now.since(last) > STALL_AFTER {
+                return Err(format!(
+                    "dispatcher stalled: tasks due since {} and no dispatch since {}",
+                    due.to_rfc3339(),
+                    last.to_rfc3339()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Write task rows; the only path by which task state reaches the store.
+    async fn write_tasks(
+        &self,
+        batch: Vec<(TaskKey, Option<TaskRecord>)>,
+    ) -> Result<(), EngineError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.write_tasks(&batch))
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))??;
+        Ok(())
+    }
+
+    /// Group commit of everything that changed since the last flush.
+    pub async fn flush(&self) -> Result<usize, EngineError> {
+        let _w = self.write_lock.lock().await;
+        let (recs, deleted) = self.sched().take_dirty();
+        let n = recs.len() + deleted.len();
+        let mut batch: Vec<(TaskKey, Option<TaskRecord>)> =
+            recs.into_iter().map(|(k, r)| (k, Some(r))).collect();
+        batch.extend(deleted.into_iter().map(|k| (k, None)));
+        if let Err(e) = self.write_tasks(batch.clone()).await {
+            // Put them back so the next flush tries again.
+            let mut s = self.sched();
+            s.mark_dirty(batch.into_iter().map(|(k, _)| k));
+            return Err(e);
+        }
+        Ok(n)
+    }
+
+    /// Apply an operator action to one task and commit it before returning.
+    pub async fn operator_action(
+        &self,
+        key: &TaskKey,
+        action: impl FnOnce(&mut Scheduler, Timestamp) -> Result<TaskRecord, OpError>,
+    ) -> Result<TaskRecord, EngineError> {
+        let _w = self.write_lock.lock().await;
+        let now = Timestamp::now();
+        let rec = {
+            let mut s = self.sched();
+            action(&mut s, now)?
+        };
+        self.write_tasks(vec![(key.clone(), Some(rec.clone()))])
+            .await?;
+        self.poke();
+        Ok(rec)
+    }
+
+    /// Bring the scheduler's task set in line with the catalog.
+    pub fn reconcile(
+        &self,
+        now: Timestamp,
+        stored: &mut HashMap<TaskKey, TaskRecord>,
+        cold_start: bool,
+    ) {
+        let cat = self.catalog();
+        let mut s = self.sched();
+        let desired = cat.tasks(&s.settings().scheduler);
+        let keep: std::collections::HashSet<&TaskKey> = desired.iter().map(|(k, _)| k).collect();
+        let gone: Vec<TaskKey> = s
+            .tasks()
+            .map(|t| t.key.clone())
+            .filter(|k| !keep.contains(k))
+            .collect();
+        for k in gone {
+            if let Some(t) = s.get(&k) {
+                self.metrics
+                    .forget_task(&t.meta.type_name, &k.instance, &k.group);
+            }
+            s.remove(&k);
+        }
+        for (k, meta) in desired {
+            let rec = stored.remove(&k);
+            s.place(k, meta, rec, now, cold_start);
+        }
+        drop(s);
+        self.poke();
+    }
+
+    pub fn set_catalog(&self, catalog: Catalog) {
+        *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+        let mut none = HashMap::new();
+        self.reconcile(Timestamp::now(), &mut none, false);
+    }
+
+    /// Apply new monitoring settings at once: queued tasks are re-timed and
+    /// pins take effect.
+    pub fn apply_settings(&self, settings: MonitoringSettings) {
+        let now = Timestamp::now();
+        self.sched().set_settings(settings, now, &mut rand::rng());
+        let mut none = HashMap::new();
+        self.reconcile(now, &mut none, false);
+    }
+}
+
+/// Handles of the running engine.
+pub struct Engine {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    dispatcher: tokio::task::JoinHandle<()>,
+    flusher: tokio::task::JoinHandle<()>,
+}
+
+impl Engine {
+    /// Load stored task state, place every task and start the loops.
+    pub async fn start(shared: Arc<Shared>) -> Result<Engine, EngineError> {
+        let store = shared.store.clone();
+        let (records, corrupt) = tokio::task::spawn_blocking(move || store.load_tasks())
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))??;
+        for c in corrupt {
+            tracing::warn!(error = %c, "skipping unreadable task record");
+        }
+        let cold_start = records.is_empty();
+        let mut stored: HashMap<TaskKey, TaskRecord> = records.into_iter().collect();
+        let now = Timestamp::now();
+        shared.reconcile(now, &mut stored, cold_start);
+        // Rows of tasks that no longer exist.
+        if !stored.is_empty() {
+            let n = stored.len();
+            shared
+                .write_tasks(stored.into_keys().map(|k| (k, None)).collect())
+                .await?;
+            tracing::info!(removed = n, "removed state of tasks no longer configured");
+        }
+        {
+            let s = shared.sched();
+            tracing::info!(
+                tasks = s.len(),
+                dead_letter = s.dead_letters().len(),
+                cold_start,
+                "scheduler state loaded"
+            );
+        }
+        shared.last_dispatch_ms.store(now.0, Ordering::Relaxed);
+        shared.ready.store(true, Ordering::Relaxed);
+        let (stop, rx) = watch::channel(false);
+        let dispatcher = tokio::spawn(dispatch_loop(shared.clone(), rx.clone()));
+        let flusher = tokio::spawn(flush_loop(shared.clone(), rx));
+        Ok(Engine {
+            shared,
+            stop,
+            dispatcher,
+            flusher,
+        })
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Stop dispatching, give polls in flight up to `grace` to finish, then
+    /// flush state. Polls still running after that are abandoned.
+    pub async fn shutdown(self, grace: Duration) {
+        self.shared.stopping.store(true, Ordering::Relaxed);
+        let _ = self.stop.send(true);
+        let _ = self.dispatcher.await;
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let n = self.shared.sched().in_flight();
+            if n == 0 {
+                break;
+            }
+            tokio::select! {
+                _ = self.shared.idle.notified() => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(in_flight = n, "abandoning polls still running at shutdown");
+                    break;
+                }
+            }
+        }
+        let _ = self.flusher.await;
+        match self.shared.flush().await {
+            Ok(n) => tracing::info!(records = n, "state flushed"),
+            Err(e) => tracing::error!(error = %e, "final state flush failed"),
+        }
+    }
+}
+
+async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let now = Timestamp::now();
+        let wake_at = {
+            let mut s = shared.sched();
+            let workers = s.settings().scheduler.workers;
+            let mut dispatched = false;
+            while s.in_flight() < workers {
+                let Some(d) = s.pop_due(now) else { break };
+                dispatched = true;
+                tokio::spawn(run_poll(shared.clone(), d));
+            }
+            if dispatched {
+                shared.last_dispatch_ms.store(now.0, Ordering::Relaxed);
+            }
+            if s.in_flight() >= workers {
+                None
+            } else {
+                s.next_wakeup()
+            }
+        };
+        let sleep = match wake_at {
+            Some(t) => Duration::from_millis(t.0.saturating_sub(Timestamp::now().0)),
+            None => Duration::from_secs(3600),
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = shared.wake.notified() => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn flush_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let every = shared.sched().settings().scheduler.state_flush_interval;
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+        if let Err(e) = shared.flush().await {
+            tracing::error!(error = %e, "state flush failed; will retry");
+        }
+    }
+}
+
+fn deadline_error(timeout: Duration) -> PollError {
+    PollError::new(
+        ErrorCategory::Transient,
+        ErrorKind::Timeout,
+        format!(
+            "no response within {}",
+            crate::model::duration_str::format(timeout)
+        ),
+    )
+}
+
+/// One poll: run it under a hard deadline, then record the outcome.
+async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
+    let key = d.key.clone();
+    if let Some((from, to)) = d.breaker {
+        tracing::info!(task = %key, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
+    }
+    let started = Instant::now();
+    let target = shared.catalog().target(&key);
+    let result: PollResult = match target {
+        Some((instance, group)) => {
+            // The poller enforces the instance timeout itself; this outer
+            // bound guarantees a worker can never hang whatever it does.
+            let hard = instance.timeout + Duration::from_millis(500);
+            match tokio::time::timeout(hard, shared.poller.poll(&instance, &group)).await {
+                Ok(r) => r,
+                Err(_) => Err(deadline_error(instance.timeout)),
+            }
+        }
+        None => Err(PollError::new(
+            ErrorCategory::Permanent,
+            ErrorKind::Other,
+            "instance or group no longer configured",
+        )),
+    };
+    let elapsed = started.elapsed();
+    let now = Timestamp::now();
+    let planned = shared
+        .sched()
+        .plan_completion(&key, &result, now, &mut rand::rng());
+    if let Some(p) = planned {
+        let transition = p.transition.clone();
+        let meta = p.meta.clone();
+        if transition.must_commit() {
+            commit_then_apply(&shared, p, now).await;
+        } else {
+            shared.sched().apply(p, now);
+        }
+        shared.metrics.observe_poll(
+            &meta.type_name,
+            &key.instance,
+            &key.group,
+            elapsed.as_secs_f64(),
+            result.as_ref().err().map(|e| e.category),
+        );
+        log_transition(&key, &transition, &result);
+    }
+    if shared.sched().in_flight() == 0 {
+        shared.idle.notify_waiters();
+    }
+    shared.poke();
+}
+
+/// A dead-letter move is durable before it is visible anywhere.
+async fn commit_then_apply(shared: &Shared, p: Planned, now: Timestamp) {
+    let _w = shared.write_lock.lock().await;
+    let row = vec![(p.key.clone(), Some(p.record.clone()))];
+    if let Err(e) = shared.write_tasks(row).await {
+        // Still apply: the record stays dirty and the next flush retries.
+        tracing::error!(task = %p.key, error = %e, "could not commit dead-letter move; retrying with the next flush");
+    }
+    shared.sched().apply(p, now);
+}
+
+fn log_transition(key: &TaskKey, t: &Transition, result: &PollResult) {
+    let err = result.as_ref().err();
+    match t.dead_letter {
+        Some(DeadLetterMove::Entered(reason)) => tracing::warn!(
+            task = %key,
+            reason = ?reason,
+            error = err.map(|e| e.message.as_str()).unwrap_or(""),
+            "Routing task to dead-letter queue"
+        ),
+        Some(DeadLetterMove::Left) => {
+            tracing::info!(task = %key, "task recovered; leaving dead-letter queue")
+        }
+        Some(DeadLetterMove::Rechecked) => {
+            tracing::info!(task = %key, error = err.map(|e| e.message.as_str()).unwrap_or(""), "dead-letter recheck failed")
+        }
+        None => {}
+    }
+    if let Some((from, to)) = t.breaker {
+        if to == BreakerState::Open {
+            tracing::warn!(task = %key, from = from.as_str(), "circuit breaker open");
+        } else {
+            tracing::info!(task = %key, from = from.as_str(), to = to.as_str(), "circuit breaker state changed");
+        }
+    }
+    if let Some(e) = err {
+        tracing::debug!(task = %key, category = e.category.as_str(), status = e.status, error = %e.message, "poll failed");
+    }
+}

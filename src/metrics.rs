@@ -1,0 +1,278 @@
+//! Prometheus metrics (§6), served on their own listener so they are never
+//! exposed with the UI by accident.
+//!
+//! Counters and histograms are updated by the workers as polls finish. Gauges
+//! that describe the state of every task (staleness, last success, breaker
+//! state, queue depth, cadence) are computed at scrape time from a snapshot of
+//! the scheduler, so the poll path pays nothing for them.
+
+use crate::core::Scheduler;
+use crate::model::{BreakerState, ErrorCategory, Timestamp};
+use prometheus::core::{Collector, Desc};
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder, proto,
+};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Poll duration buckets, 10 ms … 30 s.
+pub const DURATION_BUCKETS: &[f64] =
+    &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub registry: Registry,
+    pub poll_total: IntCounterVec,
+    pub poll_duration: HistogramVec,
+    pub poll_errors: IntCounterVec,
+}
+
+impl Metrics {
+    pub fn new(scheduler: Arc<Mutex<Scheduler>>) -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        let poll_total = IntCounterVec::new(
+            Opts::new(
+                "pollster_monitor_poll_total",
+                "Poll attempts by result (success or error).",
+            ),
+            &["instance_type", "instance", "group", "result"],
+        )?;
+        let poll_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "pollster_monitor_poll_duration_seconds",
+                "Duration of each poll, success or failure.",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["instance_type", "instance", "group"],
+        )?;
+        let poll_errors = IntCounterVec::new(
+            Opts::new(
+                "pollster_monitor_poll_errors_total",
+                "Failed polls by error category (transient or permanent).",
+            ),
+            &["instance_type", "instance", "group", "category"],
+        )?;
+        registry.register(Box::new(poll_total.clone()))?;
+        registry.register(Box::new(poll_duration.clone()))?;
+        registry.register(Box::new(poll_errors.clone()))?;
+        registry.register(Box::new(StateCollector::new(scheduler)?))?;
+        #[cfg(target_os = "linux")]
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        Ok(Metrics {
+            registry,
+            poll_total,
+            poll_duration,
+            poll_errors,
+        })
+    }
+
+    pub fn observe_poll(
+        &self,
+        type_name: &str,
+        instance: &str,
+        group: &str,
+        seconds: f64,
+        error: Option<ErrorCategory>,
+    ) {
+        let labels = [type_name, instance, group];
+        self.poll_duration
+            .with_label_values(&labels)
+            .observe(seconds);
+        let result = if error.is_some() { "error" } else { "success" };
+        self.poll_total
+            .with_label_values(&[type_name, instance, group, result])
+            .inc();
+        if let Some(c) = error {
+            self.poll_errors
+                .with_label_values(&[type_name, instance, group, c.as_str()])
+                .inc();
+        }
+    }
+
+    /// Drop the series of a task that no longer exists.
+    pub fn forget_task(&self, type_name: &str, instance: &str, group: &str) {
+        let _ = self
+            .poll_duration
+            .remove_label_values(&[type_name, instance, group]);
+        for result in ["success", "error"] {
+            let _ = self
+                .poll_total
+                .remove_label_values(&[type_name, instance, group, result]);
+        }
+        for c in ["transient", "permanent"] {
+            let _ = self
+                .poll_errors
+                .remove_label_values(&[type_name, instance, group, c]);
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        if TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .is_err()
+        {
+            return String::new();
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// Gauges derived from the scheduler's state at scrape time.
+struct StateCollector {
+    scheduler: Arc<Mutex<Scheduler>>,
+    staleness: GaugeVec,
+    last_success: GaugeVec,
+    breaker: IntGaugeVec,
+    queue_depth: IntGauge,
+    inflight: IntGaugeVec,
+    dead_letter: IntGauge,
+    cadence: GaugeVec,
+    descs: Vec<Desc>,
+}
+
+impl StateCollector {
+    fn new(scheduler: Arc<Mutex<Scheduler>>) -> Result<Self, prometheus::Error> {
+        let task_labels = &["instance_type", "instance", "group"];
+        let staleness = GaugeVec::new(
+            Opts::new(
+                "pollster_monitor_poll_staleness_seconds",
+                "Seconds since the task's last successful poll (0 right after a success).",
+            ),
+            task_labels,
+        )?;
+        let last_success = GaugeVec::new(
+            Opts::new(
+                "pollster_monitor_poll_last_success_timestamp_seconds",
+                "Unix time of the task's last successful poll.",
+            ),
+            task_labels,
+        )?;
+        let breaker = IntGaugeVec::new(
+            Opts::new(
+                "pollster_monitor_breaker_state",
+                "Circuit breaker state of each task: 1 for the current state (closed, open or half_open).",
+            ),
+            &["instance_type", "instance", "group", "state"],
+        )?;
+        let queue_depth = IntGauge::new(
+            "pollster_monitor_poll_queue_depth",
+            "Tasks waiting in the scheduler queue.",
+        )?;
+        let inflight = IntGaugeVec::new(
+            Opts::new(
+                "pollster_monitor_poll_inflight",
+                "Polls running now, by instance type.",
+            ),
+            &["instance_type"],
+        )?;
+        let dead_letter = IntGauge::new(
+            "pollster_monitor_dead_letter_tasks",
+            "Tasks in the dead-letter queue.",
+        )?;
+        let cadence = GaugeVec::new(
+            Opts::new(
+                "pollster_instance_cadence_seconds",
+                "Shortest current polling interval among the instance's tasks.",
+            ),
+            &["instance"],
+        )?;
+        let mut descs = Vec::new();
+        for c in [
+            &staleness as &dyn Collector,
+            &last_success,
+            &breaker,
+            &queue_depth,
+            &inflight,
+            &dead_letter,
+            &cadence,
+        ] {
+            descs.extend(c.desc().into_iter().cloned());
+        }
+        Ok(StateCollector {
+            scheduler,
+            staleness,
+            last_success,
+            breaker,
+            queue_depth,
+            inflight,
+            dead_letter,
+            cadence,
+            descs,
+        })
+    }
+}
+
+impl Collector for StateCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<proto::MetricFamily> {
+        let now = Timestamp::now();
+        self.staleness.reset();
+        self.last_success.reset();
+        self.breaker.reset();
+        self.inflight.reset();
+        self.cadence.reset();
+        {
+            let Ok(s) = self.scheduler.lock() else {
+                return Vec::new();
+            };
+            let mut cadence: BTreeMap<&str, f64> = BTreeMap::new();
+            for t in s.tasks() {
+                if t.rec.disabled {
+                    continue;
+                }
+                let labels = [&*t.meta.type_name, &*t.key.instance, &*t.key.group];
+                let since = t.rec.last_success.unwrap_or(t.placed_at);
+                self.staleness
+                    .with_label_values(&labels)
+                    .set(now.since(since).as_secs_f64());
+                if let Some(ls) = t.rec.last_success {
+                    self.last_success
+                        .with_label_values(&labels)
+                        .set(ls.as_secs_f64());
+                }
+                let state = if t.rec.breaker == BreakerState::Open
+                    && t.rec.retry_at.is_some_and(|r| r <= now)
+                    && t.rec.dead_letter.is_none()
+                {
+                    BreakerState::HalfOpen
+                } else {
+                    t.rec.breaker
+                };
+                self.breaker
+                    .with_label_values(&[labels[0], labels[1], labels[2], state.as_str()])
+                    .set(1);
+                let iv = s.interval_of(t).as_secs_f64();
+                let c = cadence.entry(&t.key.instance).or_insert(iv);
+                *c = c.min(iv);
+            }
+            for (inst, secs) in cadence {
+                self.cadence.with_label_values(&[inst]).set(secs);
+            }
+            for (ty, n) in s.in_flight_per_type() {
+                self.inflight.with_label_values(&[&*ty]).set(n as i64);
+            }
+            self.queue_depth.set(s.queue_len() as i64);
+            self.dead_letter.set(s.dead_letters().len() as i64);
+        }
+        let mut out = Vec::new();
+        for c in [
+            &self.staleness as &dyn Collector,
+            &self.last_success,
+            &self.breaker,
+            &self.queue_depth,
+            &self.inflight,
+            &self.dead_letter,
+            &self.cadence,
+        ] {
+            out.extend(c.collect());
+        }
+        out
+    }
+}

@@ -1,0 +1,840 @@
+//! Tests against real servers on 127.0.0.1 (plain TCP and tokio-rustls),
+//! started by each test on port 0.
+
+use super::*;
+use crate::model::{DEFAULT_MAX_RESPONSE_BYTES, TypeDef};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+// ---------------------------------------------------------------- fixtures
+
+/// What a test server does with each request.
+#[derive(Clone)]
+enum Behaviour {
+    /// Write these bytes as the response; close unless `keep_alive`.
+    Respond { bytes: Vec<u8>, keep_alive: bool },
+    /// Accept, read the request, never answer.
+    Silent,
+    /// Send headers for a large body, then one byte every 50 ms.
+    Trickle,
+}
+
+struct Server {
+    addr: SocketAddr,
+    /// Request heads received, in order.
+    requests: Arc<Mutex<Vec<String>>>,
+    /// TCP connections accepted.
+    connections: Arc<AtomicUsize>,
+}
+
+impl Server {
+    fn url(&self, scheme: &str) -> String {
+        format!("{scheme}://{}/", self.addr)
+    }
+    fn requests(&self) -> Vec<String> {
+        lock(&self.requests).clone()
+    }
+}
+
+fn response(status_line: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status_line}\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+fn respond(bytes: Vec<u8>) -> Behaviour {
+    Behaviour::Respond {
+        bytes,
+        keep_alive: false,
+    }
+}
+
+async fn serve(behaviour: Behaviour) -> Server {
+    serve_with(behaviour, None).await
+}
+
+async fn serve_tls(behaviour: Behaviour, acceptor: tokio_rustls::TlsAcceptor) -> Server {
+    serve_with(behaviour, Some(acceptor)).await
+}
+
+async fn serve_with(behaviour: Behaviour, tls: Option<tokio_rustls::TlsAcceptor>) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let connections = Arc::new(AtomicUsize::new(0));
+    let (reqs, conns) = (requests.clone(), connections.clone());
+    // The task ends with the test's runtime.
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            conns.fetch_add(1, Ordering::SeqCst);
+            let (behaviour, reqs, tls) = (behaviour.clone(), reqs.clone(), tls.clone());
+            tokio::spawn(async move {
+                match tls {
+                    None => handle(stream, behaviour, reqs).await,
+                    Some(acceptor) => {
+                        if let Ok(stream) = acceptor.accept(stream).await {
+                            handle(stream, behaviour, reqs).await;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Server {
+        addr,
+        requests,
+        connections,
+    }
+}
+
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<String> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if buf.len() > 64 * 1024 || stream.read(&mut byte).await.ok()? == 0 {
+            return None;
+        }
+        buf.push(byte[0]);
+    }
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    behaviour: Behaviour,
+    reqs: Arc<Mutex<Vec<String>>>,
+) {
+    loop {
+        let Some(head) = read_head(&mut stream).await else {
+            return;
+        };
+        lock(&reqs).push(head);
+        match &behaviour {
+            Behaviour::Respond { bytes, keep_alive } => {
+                if stream.write_all(bytes).await.is_err() {
+                    return;
+                }
+                let _ = stream.flush().await;
+                if !keep_alive {
+                    let _ = stream.shutdown().await;
+                    return;
+                }
+            }
+            Behaviour::Silent => {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                return;
+            }
+            Behaviour::Trickle => {
+                let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n";
+                if stream.write_all(head).await.is_err() {
+                    return;
+                }
+                for _ in 0..600 {
+                    if stream.write_all(b"x").await.is_err() || stream.flush().await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                return;
+            }
+        }
+    }
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+fn instance(url: String) -> InstanceConfig {
+    InstanceConfig {
+        name: "test".into(),
+        type_name: "http".into(),
+        url,
+        timeout: Duration::from_secs(5),
+        budget: None,
+        labels: BTreeMap::new(),
+        enabled: true,
+        auth: Auth::None,
+        tls_verify: true,
+        tls_fingerprint: None,
+        max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+    }
+}
+
+fn group(path: &str) -> GroupDef {
+    let mut g = TypeDef::builtin_http().groups.remove(0);
+    g.path = path.into();
+    g
+}
+
+async fn poll_url(url: String) -> PollResult {
+    Poller::new()
+        .unwrap()
+        .poll(&instance(url), &group(""))
+        .await
+}
+
+fn sha_prefix(body: &[u8]) -> u64 {
+    digest_prefix(&Sha256::digest(body))
+}
+
+fn assert_err(result: &PollResult, category: ErrorCategory, kind: ErrorKind) -> PollError {
+    match result {
+        Ok(ok) => panic!("expected {category:?}/{kind:?}, got success {ok:?}"),
+        Err(e) => {
+            assert_eq!((e.category, e.kind), (category, kind), "error: {e:?}");
+            assert!(
+                !e.message.is_empty() && !e.message.contains('\n'),
+                "message: {:?}",
+                e.message
+            );
+            e.clone()
+        }
+    }
+}
+
+use ErrorCategory::{Permanent, Transient};
+
+// ---------------------------------------------------------------- join_url
+
+#[test]
+fn join_url_single_slash() {
+    let cases = [
+        (
+            "https://pve:8006/",
+            "/api2/json/nodes",
+            "https://pve:8006/api2/json/nodes",
+        ),
+        (
+            "https://pve:8006",
+            "api2/json/nodes",
+            "https://pve:8006/api2/json/nodes",
+        ),
+        (
+            "https://pve:8006/",
+            "api2/json/nodes",
+            "https://pve:8006/api2/json/nodes",
+        ),
+        (
+            "https://pve:8006",
+            "/api2/json/nodes",
+            "https://pve:8006/api2/json/nodes",
+        ),
+        (
+            "https://h/api/v1/",
+            "/orgs/1/devices?perPage=5",
+            "https://h/api/v1/orgs/1/devices?perPage=5",
+        ),
+        ("https://h/api/v1", "orgs", "https://h/api/v1/orgs"),
+        ("http://h:8080/x//", "//y", "http://h:8080/x/y"),
+    ];
+    for (base, path, want) in cases {
+        assert_eq!(
+            join_url(base, path).unwrap().as_str(),
+            want,
+            "{base} + {path}"
+        );
+    }
+}
+
+#[test]
+fn join_url_empty_path_is_base() {
+    assert_eq!(
+        join_url("https://pve:8006/", "").unwrap().as_str(),
+        "https://pve:8006/"
+    );
+    assert_eq!(
+        join_url("http://h/status?x=1", "").unwrap().as_str(),
+        "http://h/status?x=1"
+    );
+}
+
+#[test]
+fn join_url_invalid() {
+    for base in [
+        "",
+        "not a url",
+        "pve:8006",
+        "ftp://h/",
+        "file:///etc/passwd",
+        "http://",
+    ] {
+        let e = join_url(base, "/x").unwrap_err();
+        assert_eq!(
+            (e.category, e.kind),
+            (Permanent, ErrorKind::InvalidUrl),
+            "{base:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- success
+
+#[tokio::test]
+async fn success_digest_and_size() {
+    let body_a = br#"{"data":[1,2,3]}"#;
+    let body_b = br#"{"data":[1,2,4]}"#;
+    let a = serve(respond(response(
+        "200 OK",
+        &[("Content-Type", "application/json")],
+        body_a,
+    )))
+    .await;
+    let b = serve(respond(response("200 OK", &[], body_b))).await;
+    let poller = Poller::new().unwrap();
+
+    let first = poller
+        .poll(&instance(a.url("http")), &group("/api"))
+        .await
+        .unwrap();
+    let second = poller
+        .poll(&instance(a.url("http")), &group("/api"))
+        .await
+        .unwrap();
+    let other = poller
+        .poll(&instance(b.url("http")), &group("/api"))
+        .await
+        .unwrap();
+
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body_bytes, body_a.len() as u64);
+    assert_eq!(first.digest, sha_prefix(body_a));
+    assert_eq!(first.digest, second.digest);
+    assert_ne!(first.digest, other.digest);
+    assert_eq!(other.digest, sha_prefix(body_b));
+
+    let reqs = a.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs[0].starts_with("GET /api HTTP/1.1\r\n"), "{}", reqs[0]);
+    assert_eq!(header(&reqs[0], "accept"), Some("application/json, */*"));
+    assert_eq!(header(&reqs[0], "user-agent"), Some(USER_AGENT));
+    assert!(USER_AGENT.starts_with("pollster/"));
+}
+
+#[tokio::test]
+async fn success_without_content_length_and_empty_body() {
+    // Close-delimited body: no Content-Length, read until EOF.
+    let s = serve(respond(
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello world".to_vec(),
+    ))
+    .await;
+    let ok = poll_url(s.url("http")).await.unwrap();
+    assert_eq!(ok.body_bytes, 11);
+    assert_eq!(ok.digest, sha_prefix(b"hello world"));
+
+    let s = serve(respond(response("204 No Content", &[], b""))).await;
+    let ok = poll_url(s.url("http")).await.unwrap();
+    assert_eq!((ok.status, ok.body_bytes), (204, 0));
+    assert_eq!(ok.digest, sha_prefix(b""));
+}
+
+#[tokio::test]
+async fn keep_alive_connection_is_reused() {
+    let s = serve(Behaviour::Respond {
+        bytes: response("200 OK", &[], b"{}"),
+        keep_alive: true,
+    })
+    .await;
+    let poller = Poller::new().unwrap();
+    for _ in 0..3 {
+        poller
+            .poll(&instance(s.url("http")), &group("/a"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(s.requests().len(), 3);
+    assert_eq!(s.connections.load(Ordering::SeqCst), 1);
+}
+
+// ---------------------------------------------------------------- statuses
+
+#[tokio::test]
+async fn status_503_is_transient() {
+    let s = serve(respond(response("503 Service Unavailable", &[], b"down"))).await;
+    let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::Http);
+    assert_eq!(e.status, Some(503));
+    assert_eq!(e.message, "HTTP 503 Service Unavailable");
+    assert_eq!(e.retry_after, None);
+
+    let s = serve(respond(response(
+        "503 Service Unavailable",
+        &[("Retry-After", "12")],
+        b"",
+    )))
+    .await;
+    let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::Http);
+    assert_eq!(e.retry_after, Some(Duration::from_secs(12)));
+}
+
+#[tokio::test]
+async fn status_500_with_retry_after() {
+    // Retry-After is honoured for 429 and 503 only; a 500 stays a plain
+    // transient failure paced by backoff.
+    let s = serve(respond(response(
+        "500 Internal Server Error",
+        &[("Retry-After", "5")],
+        b"oops",
+    )))
+    .await;
+    let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::Http);
+    assert_eq!(e.status, Some(500));
+    assert_eq!(e.retry_after, None);
+    assert!(e.message.starts_with("HTTP 500"));
+}
+
+#[tokio::test]
+async fn status_408_is_transient() {
+    let s = serve(respond(response("408 Request Timeout", &[], b""))).await;
+    let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::Http);
+    assert_eq!(e.status, Some(408));
+}
+
+#[tokio::test]
+async fn status_429_retry_after_seconds() {
+    let s = serve(respond(response(
+        "429 Too Many Requests",
+        &[("Retry-After", "7")],
+        b"",
+    )))
+    .await;
+    let e = assert_err(
+        &poll_url(s.url("http")).await,
+        Transient,
+        ErrorKind::RateLimited,
+    );
+    assert_eq!(e.status, Some(429));
+    assert_eq!(e.retry_after, Some(Duration::from_secs(7)));
+    assert!(e.is_rate_limited());
+}
+
+#[tokio::test]
+async fn status_429_retry_after_http_date() {
+    let at = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(30));
+    let s = serve(respond(response(
+        "429 Too Many Requests",
+        &[("Retry-After", &at)],
+        b"",
+    )))
+    .await;
+    let e = assert_err(
+        &poll_url(s.url("http")).await,
+        Transient,
+        ErrorKind::RateLimited,
+    );
+    let wait = e.retry_after.expect("retry_after parsed from the date");
+    assert!(
+        wait >= Duration::from_secs(20) && wait <= Duration::from_secs(30),
+        "{wait:?}"
+    );
+
+    // Far future: capped at 60 s.
+    let at = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(3600));
+    let s = serve(respond(response(
+        "429 Too Many Requests",
+        &[("Retry-After", &at)],
+        b"",
+    )))
+    .await;
+    let e = assert_err(
+        &poll_url(s.url("http")).await,
+        Transient,
+        ErrorKind::RateLimited,
+    );
+    assert_eq!(e.retry_after, Some(Duration::from_secs(60)));
+
+    // Without the header: none.
+    let s = serve(respond(response("429 Too Many Requests", &[], b""))).await;
+    let e = assert_err(
+        &poll_url(s.url("http")).await,
+        Transient,
+        ErrorKind::RateLimited,
+    );
+    assert_eq!(e.retry_after, None);
+}
+
+#[tokio::test]
+async fn client_errors_are_permanent() {
+    for (line, code) in [
+        ("401 Unauthorized", 401),
+        ("403 Forbidden", 403),
+        ("404 Not Found", 404),
+        ("410 Gone", 410),
+        ("418 I'm a teapot", 418),
+    ] {
+        let s = serve(respond(response(line, &[], b"{}"))).await;
+        let e = assert_err(&poll_url(s.url("http")).await, Permanent, ErrorKind::Http);
+        assert_eq!(e.status, Some(code));
+        assert!(
+            e.message.starts_with(&format!("HTTP {code}")),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            e.message.contains("credentials"),
+            matches!(code, 401 | 403),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.retry_after, None);
+    }
+}
+
+#[tokio::test]
+async fn redirect_is_not_followed() {
+    let target = serve(respond(response("200 OK", &[], b"{}"))).await;
+    let location = format!("{}elsewhere", target.url("http"));
+    let s = serve(respond(response(
+        "302 Found",
+        &[("Location", &location)],
+        b"",
+    )))
+    .await;
+    let e = assert_err(&poll_url(s.url("http")).await, Permanent, ErrorKind::Http);
+    assert_eq!(e.status, Some(302));
+    assert!(e.message.contains(&location), "{}", e.message);
+    assert_eq!(s.requests().len(), 1);
+    assert!(target.requests().is_empty(), "redirect was followed");
+}
+
+// ---------------------------------------------------------------- transport
+
+#[tokio::test]
+async fn connection_refused_is_transient_connect() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let e = assert_err(
+        &poll_url(format!("http://{addr}/")).await,
+        Transient,
+        ErrorKind::Connect,
+    );
+    assert_eq!(e.status, None);
+}
+
+#[tokio::test]
+async fn silent_server_times_out() {
+    let s = serve(Behaviour::Silent).await;
+    let mut inst = instance(s.url("http"));
+    inst.timeout = Duration::from_millis(200);
+    let started = Instant::now();
+    let result = Poller::new().unwrap().poll(&inst, &group("")).await;
+    let elapsed = started.elapsed();
+    let e = assert_err(&result, Transient, ErrorKind::Timeout);
+    assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    assert!(e.message.contains("200ms"), "{}", e.message);
+    assert_eq!(s.requests().len(), 1, "the request reached the server");
+}
+
+#[tokio::test]
+async fn trickling_body_times_out() {
+    let s = serve(Behaviour::Trickle).await;
+    let mut inst = instance(s.url("http"));
+    inst.timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let result = Poller::new().unwrap().poll(&inst, &group("")).await;
+    assert_err(&result, Transient, ErrorKind::Timeout);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn body_larger_than_limit_is_permanent() {
+    let body = vec![b'a'; 2000];
+    // With a Content-Length, and close-delimited (no length: read in chunks).
+    let with_len = serve(respond(response("200 OK", &[], &body))).await;
+    let mut raw = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_vec();
+    raw.extend_from_slice(&body);
+    let without_len = serve(respond(raw)).await;
+    let poller = Poller::new().unwrap();
+    for s in [&with_len, &without_len] {
+        let mut inst = instance(s.url("http"));
+        inst.max_response_bytes = 1000;
+        let e = assert_err(
+            &poller.poll(&inst, &group("")).await,
+            Permanent,
+            ErrorKind::Body,
+        );
+        assert!(
+            e.message.contains("larger than 1000 bytes"),
+            "{}",
+            e.message
+        );
+        // Exactly at the limit is fine.
+        inst.max_response_bytes = 2000;
+        let ok = poller.poll(&inst, &group("")).await.unwrap();
+        assert_eq!(ok.body_bytes, 2000);
+    }
+}
+
+#[tokio::test]
+async fn unresolvable_host_is_transient() {
+    let mut inst = instance("http://nonexistent.invalid/".into());
+    inst.timeout = Duration::from_secs(5);
+    let result = Poller::new().unwrap().poll(&inst, &group("/x")).await;
+    let e = result.unwrap_err();
+    assert_eq!(e.category, Transient, "{e:?}");
+    assert!(
+        matches!(e.kind, ErrorKind::Dns | ErrorKind::Connect),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn invalid_instance_url_is_permanent() {
+    let e = assert_err(
+        &poll_url("not a url".into()).await,
+        Permanent,
+        ErrorKind::InvalidUrl,
+    );
+    assert_eq!(e.status, None);
+}
+
+// ---------------------------------------------------------------- auth
+
+#[tokio::test]
+async fn auth_headers_are_sent() {
+    let s = serve(respond(response("200 OK", &[], b"{}"))).await;
+    let poller = Poller::new().unwrap();
+    let cases: Vec<(Auth, &str, &str)> = vec![
+        (
+            Auth::Bearer {
+                token: "tok123".into(),
+            },
+            "authorization",
+            "Bearer tok123",
+        ),
+        (
+            Auth::Header {
+                name: "X-Cisco-Meraki-API-Key".into(),
+                value: "k3y".into(),
+            },
+            "x-cisco-meraki-api-key",
+            "k3y",
+        ),
+        (
+            Auth::Basic {
+                username: "user".into(),
+                password: "pass".into(),
+            },
+            "authorization",
+            "Basic dXNlcjpwYXNz",
+        ),
+        (
+            Auth::PveToken {
+                user: "root@pam".into(),
+                token_id: "monitor".into(),
+                secret: "aaaa-bbbb".into(),
+            },
+            "authorization",
+            "PVEAPIToken=root@pam!monitor=aaaa-bbbb",
+        ),
+    ];
+    for (i, (auth, name, value)) in cases.into_iter().enumerate() {
+        let mut inst = instance(s.url("http"));
+        inst.auth = auth;
+        poller.poll(&inst, &group("")).await.unwrap();
+        let reqs = s.requests();
+        assert_eq!(header(&reqs[i], name), Some(value), "request: {}", reqs[i]);
+    }
+    // No auth: no Authorization header.
+    poller
+        .poll(&instance(s.url("http")), &group(""))
+        .await
+        .unwrap();
+    let reqs = s.requests();
+    assert_eq!(header(&reqs[4], "authorization"), None);
+}
+
+#[tokio::test]
+async fn invalid_header_values_are_invalid_credentials() {
+    let s = serve(respond(response("200 OK", &[], b"{}"))).await;
+    let poller = Poller::new().unwrap();
+    let bad = [
+        Auth::Bearer {
+            token: "bad\r\nX-Injected: 1".into(),
+        },
+        Auth::Header {
+            name: "X Bad Name".into(),
+            value: "v".into(),
+        },
+        Auth::Header {
+            name: "X-Key".into(),
+            value: "line\nbreak".into(),
+        },
+        Auth::PveToken {
+            user: "root@pam".into(),
+            token_id: "t".into(),
+            secret: "s\0".into(),
+        },
+    ];
+    for auth in bad {
+        let mut inst = instance(s.url("http"));
+        inst.auth = auth.clone();
+        let e = assert_err(
+            &poller.poll(&inst, &group("")).await,
+            Permanent,
+            ErrorKind::InvalidCredentials,
+        );
+        assert!(
+            !e.message.contains("bad") && !e.message.contains("line"),
+            "secret leaked: {}",
+            e.message
+        );
+    }
+    assert!(
+        s.requests().is_empty(),
+        "no request is sent with bad credentials"
+    );
+}
+
+// ---------------------------------------------------------------- TLS
+
+struct TlsFixture {
+    server: Server,
+    fingerprint: [u8; 32],
+}
+
+async fn tls_server() -> TlsFixture {
+    let key =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let cert_der = key.cert.der().clone();
+    let fingerprint = tls::fingerprint_of(cert_der.as_ref());
+    let key_der =
+        rustls::pki_types::PrivateKeyDer::try_from(key.signing_key.serialize_der()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert_der], key_der)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let server = serve_tls(
+        respond(response("200 OK", &[], br#"{"tls":true}"#)),
+        acceptor,
+    )
+    .await;
+    TlsFixture {
+        server,
+        fingerprint,
+    }
+}
+
+#[tokio::test]
+async fn tls_self_signed_fails_default_verification() {
+    let f = tls_server().await;
+    let e = assert_err(
+        &poll_url(f.server.url("https")).await,
+        Permanent,
+        ErrorKind::Tls,
+    );
+    assert_eq!(e.status, None);
+    assert!(
+        f.server.requests().is_empty(),
+        "no request over an unverified connection"
+    );
+}
+
+#[tokio::test]
+async fn tls_pinned_fingerprint_succeeds_and_client_is_cached() {
+    let f = tls_server().await;
+    let poller = Poller::new().unwrap();
+    let mut inst = instance(f.server.url("https"));
+    // Lowercase without colons is accepted too.
+    inst.tls_fingerprint = Some(hex::encode(f.fingerprint));
+    let ok = poller
+        .poll(&inst, &group("/api2/json/version"))
+        .await
+        .unwrap();
+    assert_eq!(ok.status, 200);
+    assert_eq!(ok.digest, sha_prefix(br#"{"tls":true}"#));
+    inst.tls_fingerprint = Some(tls::format_fingerprint(&f.fingerprint));
+    poller.poll(&inst, &group("")).await.unwrap();
+    assert_eq!(lock(&poller.pinned).len(), 1, "one client per fingerprint");
+    assert_eq!(f.server.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn tls_wrong_fingerprint_names_presented_one() {
+    let f = tls_server().await;
+    let mut inst = instance(f.server.url("https"));
+    inst.tls_fingerprint = Some(tls::format_fingerprint(&[0x11; 32]));
+    let e = assert_err(
+        &Poller::new().unwrap().poll(&inst, &group("")).await,
+        Permanent,
+        ErrorKind::Tls,
+    );
+    let presented = tls::format_fingerprint(&f.fingerprint);
+    assert!(e.message.contains(&presented), "{}", e.message);
+    // What the operator copies from the message pins the server.
+    assert_eq!(parse_fingerprint(&presented), Some(f.fingerprint));
+    assert!(f.server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn tls_invalid_fingerprint_is_permanent() {
+    let f = tls_server().await;
+    let mut inst = instance(f.server.url("https"));
+    inst.tls_fingerprint = Some("zz".into());
+    assert_err(
+        &Poller::new().unwrap().poll(&inst, &group("")).await,
+        Permanent,
+        ErrorKind::Tls,
+    );
+}
+
+#[tokio::test]
+async fn tls_verify_false_accepts_self_signed() {
+    let f = tls_server().await;
+    let poller = Poller::new().unwrap();
+    let mut inst = instance(f.server.url("https"));
+    inst.tls_verify = false;
+    let ok = poller.poll(&inst, &group("")).await.unwrap();
+    assert_eq!(ok.status, 200);
+    assert!(lock(&poller.insecure).is_some());
+    assert_eq!(f.server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn truncated_body_and_empty_reply_are_transient() {
+    let s = serve(respond(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc".to_vec(),
+    ))
+    .await;
+    let e = poll_url(s.url("http")).await.unwrap_err();
+    assert_eq!(e.category, Transient, "{e:?}");
+    assert!(
+        matches!(e.kind, ErrorKind::Body | ErrorKind::Connect),
+        "{e:?}"
+    );
+
+    // The server closes without answering.
+    let s = serve(respond(Vec::new())).await;
+    let e = assert_err(
+        &poll_url(s.url("http")).await,
+        Transient,
+        ErrorKind::Connect,
+    );
+    assert_eq!(e.status, None);
+}

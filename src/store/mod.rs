@@ -1,0 +1,222 @@
+//! Durable state: the single redb file `pollster.redb` in the data directory
+//! (SPEC §4) behind typed, synchronous methods — task state, UI-managed
+//! instances, saved settings, API tokens, schema version and backup.
+//!
+//! # Concurrency
+//!
+//! [`Store`] is a cheap `Clone` around one shared `redb::Database`; share it
+//! freely between threads. redb is blocking, so async callers run every method
+//! on a blocking thread (`spawn_blocking`), and no transaction outlives the
+//! method that opened it. Write transactions are serialised by redb (a second
+//! writer waits for the first); readers never wait and see the last committed
+//! snapshot (MVCC), which is what lets [`Store::backup_to`] copy a consistent
+//! file while the engine keeps writing. Every write commits with
+//! `Durability::Immediate`: when a method returns `Ok`, the change is on disk.
+//!
+//! # Processes
+//!
+//! redb takes OS file locks on the file, so only one process can open it. A
+//! second process (for example `pollster admin ...` while the server runs), or
+//! a second [`Store::open`] of the same directory in one process, gets
+//! [`StoreError::Locked`], which tells the operator to use the web UI or API.
+//!
+//! # Stored bytes
+//!
+//! Keys and values are raw bytes in redb; `tables` builds and parses keys and
+//! `codec` versions and encodes every value. Bad bytes are reported as
+//! [`StoreError::Corrupt`], never a panic. The file is integrity-checked on
+//! open, so a file damaged outside redb is refused rather than trusted.
+
+mod backup;
+mod codec;
+mod records;
+mod schema;
+mod tables;
+mod tokens;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{
+    Builder, Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, StorageError,
+    WriteTransaction,
+};
+
+pub use records::LoadedTasks;
+pub use schema::SCHEMA_VERSION;
+pub use tokens::{TOKEN_PREFIX, TokenInfo};
+
+/// Name of the database file inside the data directory.
+pub const FILE_NAME: &str = "pollster.redb";
+
+/// redb's page cache ceiling. The default (1 GiB) is far more than an
+/// appliance's state needs.
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Everything that can go wrong in the store; one error type for the layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "{} is in use by a running Pollster server (the database is locked); \
+         make this change through the web UI or the HTTP API instead, \
+         or stop the server first",
+        path.display()
+    )]
+    Locked { path: PathBuf },
+
+    #[error(
+        "{} has schema version {found}, but this release of Pollster supports schema version \
+         {supported} at most; it was written by a newer release. Run that release again, or \
+         restore a backup taken with this one. The file was not modified.",
+        path.display()
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+
+    #[error("corrupt record in table `{table}` at key \"{key}\": {reason}")]
+    Corrupt {
+        table: &'static str,
+        key: String,
+        reason: String,
+    },
+
+    #[error("invalid key \"{key}\": {reason}")]
+    InvalidKey { key: String, reason: &'static str },
+
+    #[error("cannot encode {what}: {reason}")]
+    Encode { what: &'static str, reason: String },
+
+    #[error("cannot get randomness for an API token: {reason}")]
+    Randomness { reason: String },
+
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("cannot open database {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: redb::Error,
+    },
+
+    #[error("database error while {context}: {source}")]
+    Db {
+        context: &'static str,
+        #[source]
+        source: redb::Error,
+    },
+}
+
+/// Attaches what we were doing to a redb error.
+trait Ctx<T> {
+    fn ctx(self, context: &'static str) -> Result<T, StoreError>;
+}
+
+impl<T, E: Into<redb::Error>> Ctx<T> for Result<T, E> {
+    fn ctx(self, context: &'static str) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::Db {
+            context,
+            source: e.into(),
+        })
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Maps a failure to open a redb file, telling a held lock apart.
+fn open_error(path: &Path, err: DatabaseError) -> StoreError {
+    match err {
+        // LockProtocolMismatch: held by a process running another redb version.
+        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
+            StoreError::Locked {
+                path: path.to_path_buf(),
+            }
+        }
+        DatabaseError::Storage(StorageError::Io(source)) => StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => StoreError::Open {
+            path: path.to_path_buf(),
+            source: other.into(),
+        },
+    }
+}
+
+/// Creates (or opens) a redb file with Pollster's settings.
+fn create_database(path: &Path) -> Result<Database, StoreError> {
+    Builder::new()
+        .set_cache_size(CACHE_BYTES)
+        .set_check_integrity_on_open(true)
+        .create(path)
+        .map_err(|e| open_error(path, e))
+}
+
+/// Handle on the open database. Clones share it.
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Database>,
+    path: Arc<Path>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens `data_dir/pollster.redb`, creating the directory and file if
+    /// missing, creating every table, and checking (or writing) the schema
+    /// version: an older file is migrated, a newer one is refused untouched.
+    pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(io_error(data_dir))?;
+        let path = data_dir.join(FILE_NAME);
+        let db = create_database(&path)?;
+        schema::prepare(&db, &path)?;
+        Ok(Store {
+            db: Arc::new(db),
+            path: Arc::from(path),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn read_txn(&self) -> Result<ReadTransaction, StoreError> {
+        self.db.begin_read().ctx("starting a read transaction")
+    }
+
+    fn write_txn(&self) -> Result<WriteTransaction, StoreError> {
+        begin_durable_write(&self.db)
+    }
+}
+
+/// A write transaction whose commit is on disk when `commit` returns. redb's
+/// default is already `Immediate`; saying so keeps it true if that changes.
+fn begin_durable_write(db: &Database) -> Result<WriteTransaction, StoreError> {
+    let mut txn = db.begin_write().ctx("starting a write transaction")?;
+    txn.set_durability(Durability::Immediate)
+        .ctx("setting commit durability")?;
+    Ok(txn)
+}

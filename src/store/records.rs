@@ -1,0 +1,163 @@
+//! Task state, UI-managed instances and saved settings. Each method is one
+//! redb transaction; writes are durable when they return.
+
+use redb::ReadableTable;
+
+use super::tables::{self, INSTANCES, SETTINGS, TASKS};
+use super::{Ctx, Store, StoreError, codec};
+use crate::model::{InstanceConfig, TaskKey, TaskRecord};
+
+/// Tasks read at startup, and the records that could not be read.
+pub type LoadedTasks = (Vec<(TaskKey, TaskRecord)>, Vec<StoreError>);
+
+impl Store {
+    /// Every stored task. A record that cannot be decoded is skipped and
+    /// returned in the second list (as [`StoreError::Corrupt`]) so the caller
+    /// can report it and start that task fresh; only a failure of the
+    /// database itself is an `Err`.
+    pub fn load_tasks(&self) -> Result<LoadedTasks, StoreError> {
+        let txn = self.read_txn()?;
+        let table = txn.open_table(TASKS.def).ctx("opening table tasks")?;
+        let mut tasks = Vec::new();
+        let mut bad = Vec::new();
+        for entry in table.iter().ctx("reading table tasks")? {
+            let (k, v) = entry.ctx("reading table tasks")?;
+            let (k, v) = (k.value(), v.value());
+            let decoded = tables::parse_task_key(k)
+                .and_then(|key| Ok((key, codec::decode(TASKS.name, k, v)?)));
+            match decoded {
+                Ok(pair) => tasks.push(pair),
+                Err(e) => bad.push(e),
+            }
+        }
+        Ok((tasks, bad))
+    }
+
+    /// Applies the whole batch in ONE durable write transaction: `Some`
+    /// writes the record, `None` deletes it (deleting a missing task is not
+    /// an error). On any error nothing is written.
+    pub fn write_tasks(&self, batch: &[(TaskKey, Option<TaskRecord>)]) -> Result<(), StoreError> {
+        let txn = self.write_txn()?;
+        {
+            let mut table = txn.open_table(TASKS.def).ctx("opening table tasks")?;
+            for (key, record) in batch {
+                let k = tables::task_key(key)?;
+                match record {
+                    Some(record) => {
+                        let v = codec::encode("task record", record)?;
+                        table
+                            .insert(k.as_slice(), v.as_slice())
+                            .ctx("writing a task")?;
+                    }
+                    None => {
+                        table.remove(k.as_slice()).ctx("deleting a task")?;
+                    }
+                }
+            }
+        }
+        txn.commit().ctx("committing tasks")
+    }
+
+    /// Instances added from the UI or API, by name. A record that cannot be
+    /// decoded fails the whole call with [`StoreError::Corrupt`] naming it;
+    /// [`Store::delete_instance`] still removes such a record.
+    pub fn list_instances(&self) -> Result<Vec<InstanceConfig>, StoreError> {
+        let txn = self.read_txn()?;
+        let table = txn
+            .open_table(INSTANCES.def)
+            .ctx("opening table instances")?;
+        let mut out = Vec::new();
+        for entry in table.iter().ctx("reading table instances")? {
+            let (k, v) = entry.ctx("reading table instances")?;
+            out.push(decode_instance(k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
+    pub fn get_instance(&self, name: &str) -> Result<Option<InstanceConfig>, StoreError> {
+        let txn = self.read_txn()?;
+        let table = txn
+            .open_table(INSTANCES.def)
+            .ctx("opening table instances")?;
+        let guard = table.get(name.as_bytes()).ctx("reading an instance")?;
+        guard
+            .map(|v| decode_instance(name.as_bytes(), v.value()))
+            .transpose()
+    }
+
+    /// Creates or replaces the instance named `inst.name`.
+    pub fn put_instance(&self, inst: &InstanceConfig) -> Result<(), StoreError> {
+        tables::check_instance_name(&inst.name)?;
+        let v = codec::encode("instance", inst)?;
+        let txn = self.write_txn()?;
+        {
+            let mut table = txn
+                .open_table(INSTANCES.def)
+                .ctx("opening table instances")?;
+            table
+                .insert(inst.name.as_bytes(), v.as_slice())
+                .ctx("writing an instance")?;
+        }
+        txn.commit().ctx("committing an instance")
+    }
+
+    /// Removes the instance and all its task rows in one transaction.
+    /// Returns whether an instance record existed.
+    pub fn delete_instance(&self, name: &str) -> Result<bool, StoreError> {
+        let (lo, hi) = tables::instance_task_range(name)?;
+        let txn = self.write_txn()?;
+        let existed = {
+            let mut instances = txn
+                .open_table(INSTANCES.def)
+                .ctx("opening table instances")?;
+            let existed = instances
+                .remove(name.as_bytes())
+                .ctx("deleting an instance")?
+                .is_some();
+            let mut tasks = txn.open_table(TASKS.def).ctx("opening table tasks")?;
+            tasks
+                .retain_in(lo.as_slice()..hi.as_slice(), |_, _| false)
+                .ctx("deleting the instance's tasks")?;
+            existed
+        };
+        txn.commit().ctx("committing an instance delete")?;
+        Ok(existed)
+    }
+
+    /// A saved settings document (the partial patch an operator saved).
+    pub fn get_settings(&self, name: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let txn = self.read_txn()?;
+        let table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
+        let guard = table.get(name.as_bytes()).ctx("reading settings")?;
+        guard
+            .map(|v| codec::decode(SETTINGS.name, name.as_bytes(), v.value()))
+            .transpose()
+    }
+
+    /// Replaces the saved settings document `name`, durably.
+    pub fn put_settings(&self, name: &str, doc: &serde_json::Value) -> Result<(), StoreError> {
+        let v = codec::encode("settings", doc)?;
+        let txn = self.write_txn()?;
+        {
+            let mut table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
+            table
+                .insert(name.as_bytes(), v.as_slice())
+                .ctx("writing settings")?;
+        }
+        txn.commit().ctx("committing settings")
+    }
+}
+
+/// An instance record, checked against the key it is stored under.
+fn decode_instance(key: &[u8], value: &[u8]) -> Result<InstanceConfig, StoreError> {
+    let name = tables::str_key(INSTANCES.name, key)?;
+    let inst: InstanceConfig = codec::decode(INSTANCES.name, key, value)?;
+    if inst.name != name {
+        return Err(StoreError::Corrupt {
+            table: INSTANCES.name,
+            key: codec::display_key(key),
+            reason: format!("record is named {:?}", inst.name),
+        });
+    }
+    Ok(inst)
+}

@@ -1,0 +1,169 @@
+//! The tables of `pollster.redb` and how their keys are built.
+//!
+//! Every table maps raw bytes to raw bytes. redb's own `&str` type unwraps
+//! UTF-8 when it reads a key, so a damaged key would panic; with `&[u8]`
+//! nothing inside redb interprets our bytes, and this module (for keys) and
+//! `codec` (for values) turn bad bytes into [`StoreError::Corrupt`].
+//!
+//! Layout (values are always `codec` bytes):
+//!
+//! | table       | key                               | value                      |
+//! |-------------|-----------------------------------|----------------------------|
+//! | `meta`      | `schema_version`                  | `u32`                      |
+//! | `tasks`     | instance `\0` group               | `TaskRecord`               |
+//! | `instances` | instance name                     | `InstanceConfig`           |
+//! | `settings`  | settings name (e.g. `monitoring`) | JSON patch document        |
+//! | `tokens`    | SHA-256 of the token plaintext    | `TokenInfo`                |
+//! | `users`     | (reserved, empty in schema 1)     |                            |
+//! | `sessions`  | (reserved, empty in schema 1)     |                            |
+//! | `history`   | (reserved, empty in schema 1)     |                            |
+//!
+//! The `meta` table's name, types and `schema_version` entry are a contract
+//! with every past and future release: that is how a release recognises a
+//! file written by a newer one.
+
+use redb::TableDefinition;
+
+use super::StoreError;
+use super::codec::display_key;
+use crate::model::TaskKey;
+
+pub(crate) type BytesTable = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+/// A table: its name (for messages) and its definition.
+#[derive(Clone, Copy)]
+pub(crate) struct Table {
+    pub name: &'static str,
+    pub def: BytesTable,
+}
+
+const fn table(name: &'static str) -> Table {
+    Table {
+        name,
+        def: TableDefinition::new(name),
+    }
+}
+
+pub(crate) const META: Table = table("meta");
+pub(crate) const TASKS: Table = table("tasks");
+pub(crate) const INSTANCES: Table = table("instances");
+pub(crate) const SETTINGS: Table = table("settings");
+pub(crate) const TOKENS: Table = table("tokens");
+pub(crate) const USERS: Table = table("users");
+pub(crate) const SESSIONS: Table = table("sessions");
+pub(crate) const HISTORY: Table = table("history");
+
+/// Every table: created at open, copied by backup. A new table goes here.
+pub(crate) const ALL: [Table; 8] = [
+    META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY,
+];
+
+/// `meta` key holding the schema version.
+pub(crate) const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
+
+const SEP: u8 = 0;
+
+/// Instance names end at the first `\0` of a task key, so they must not hold one.
+pub(crate) fn check_instance_name(name: &str) -> Result<(), StoreError> {
+    if name.as_bytes().contains(&SEP) {
+        return Err(StoreError::InvalidKey {
+            key: display_key(name.as_bytes()),
+            reason: "an instance name must not contain a NUL character",
+        });
+    }
+    Ok(())
+}
+
+/// `instance \0 group`.
+pub(crate) fn task_key(key: &TaskKey) -> Result<Vec<u8>, StoreError> {
+    check_instance_name(&key.instance)?;
+    let mut out = Vec::with_capacity(key.instance.len() + 1 + key.group.len());
+    out.extend_from_slice(key.instance.as_bytes());
+    out.push(SEP);
+    out.extend_from_slice(key.group.as_bytes());
+    Ok(out)
+}
+
+/// The inverse of [`task_key`]; bad bytes are `Corrupt`, never a panic.
+pub(crate) fn parse_task_key(bytes: &[u8]) -> Result<TaskKey, StoreError> {
+    let corrupt = |reason: &str| StoreError::Corrupt {
+        table: TASKS.name,
+        key: display_key(bytes),
+        reason: reason.to_string(),
+    };
+    let at = bytes
+        .iter()
+        .position(|b| *b == SEP)
+        .ok_or_else(|| corrupt("key has no NUL between instance and group"))?;
+    let instance =
+        std::str::from_utf8(&bytes[..at]).map_err(|_| corrupt("instance is not UTF-8"))?;
+    let group = std::str::from_utf8(&bytes[at + 1..]).map_err(|_| corrupt("group is not UTF-8"))?;
+    Ok(TaskKey::new(instance, group))
+}
+
+/// Bounds `[instance\0, instance\x01)`: exactly the task keys of `instance`.
+pub(crate) fn instance_task_range(instance: &str) -> Result<(Vec<u8>, Vec<u8>), StoreError> {
+    check_instance_name(instance)?;
+    let mut lo = instance.as_bytes().to_vec();
+    let mut hi = lo.clone();
+    lo.push(SEP);
+    hi.push(SEP + 1);
+    Ok((lo, hi))
+}
+
+/// A text key read back from a table; bad UTF-8 is `Corrupt`.
+pub(crate) fn str_key<'a>(table: &'static str, bytes: &'a [u8]) -> Result<&'a str, StoreError> {
+    std::str::from_utf8(bytes).map_err(|_| StoreError::Corrupt {
+        table,
+        key: display_key(bytes),
+        reason: "key is not UTF-8".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_keys_round_trip() {
+        let k = TaskKey::new("pve-1", "nodes/status");
+        let bytes = task_key(&k).expect("encode");
+        assert_eq!(bytes, b"pve-1\0nodes/status");
+        assert_eq!(parse_task_key(&bytes).expect("parse"), k);
+        // A NUL inside the group is still unambiguous: the instance ends at the first one.
+        let odd = TaskKey::new("a", "b\0c");
+        assert_eq!(
+            parse_task_key(&task_key(&odd).expect("encode")).expect("parse"),
+            odd
+        );
+    }
+
+    #[test]
+    fn instance_with_nul_is_rejected() {
+        let err = task_key(&TaskKey::new("a\0b", "g")).unwrap_err();
+        assert!(matches!(err, StoreError::InvalidKey { .. }), "{err:?}");
+        assert!(instance_task_range("x\0").is_err());
+    }
+
+    #[test]
+    fn bad_task_keys_are_corrupt() {
+        for bad in [&b"no-separator"[..], b"\xff\0g", b"i\0\xff"] {
+            let err = parse_task_key(bad).unwrap_err();
+            assert!(
+                matches!(err, StoreError::Corrupt { table: "tasks", .. }),
+                "{err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn instance_range_excludes_longer_names() {
+        let (lo, hi) = instance_task_range("web").expect("range");
+        let inside = task_key(&TaskKey::new("web", "g")).expect("key");
+        let other = task_key(&TaskKey::new("web2", "g")).expect("key");
+        let shorter = task_key(&TaskKey::new("we", "g")).expect("key");
+        assert!(lo <= inside && inside < hi);
+        assert!(!(lo <= other && other < hi));
+        assert!(!(lo <= shorter && shorter < hi));
+    }
+}
