@@ -2,10 +2,16 @@
 //! rate-limit budget, with circuit breakers, backoff and a durable dead-letter
 //! queue.
 
+pub mod accounts;
+pub mod app;
+pub mod cli;
 pub mod config;
 pub mod core;
+pub mod demo;
 pub mod engine;
+pub mod fleet;
 pub mod metrics;
 pub mod model;
 pub mod poll;
 pub mod store;
+pub mod web;

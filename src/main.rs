@@ -1,1 +1,91 @@
-fn main() {}
+//! `pollster` binary: parse the command line, set up logging and the runtime,
+//! run the command, and map failures to exit codes.
+
+use clap::Parser;
+use pollster::cli::{self, Cli, Command, EXIT_CONFIG, EXIT_FAILURE, Failure};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Plain lines when not on a terminal (the journal adds its own metadata).
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure {
+            code: EXIT_FAILURE,
+            message: format!("cannot start the runtime: {e}"),
+        })
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Serve { config } => {
+            let config = cli::load_config(config.as_deref())?;
+            init_logging();
+            runtime()?.block_on(async {
+                let app = pollster::app::Application::build(config).await.map_err(app_failure)?;
+                app.run_until_stopped(shutdown_signal()).await.map_err(app_failure)
+            })
+        }
+        Command::Demo(args) => {
+            init_logging();
+            runtime()?.block_on(pollster::demo::run(args, shutdown_signal()))
+        }
+        Command::CheckConfig { file } => {
+            let report = cli::check_config(&file)?;
+            print!("{report}");
+            Ok(())
+        }
+        Command::Admin { command } => cli::admin(command, &mut std::io::stdout()),
+    }
+}
+
+fn app_failure(e: pollster::app::AppError) -> Failure {
+    Failure {
+        code: EXIT_FAILURE,
+        message: e.to_string(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("pollster: {}", f.message);
+            ExitCode::from(if f.code == 0 { EXIT_CONFIG } else { f.code })
+        }
+    }
+}

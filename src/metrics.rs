@@ -7,18 +7,17 @@
 //! the scheduler, so the poll path pays nothing for them.
 
 use crate::core::Scheduler;
-use crate::model::{BreakerState, ErrorCategory, Timestamp};
+use crate::model::{ErrorCategory, Timestamp};
 use prometheus::core::{Collector, Desc};
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder, proto,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    proto,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// Poll duration buckets, 10 ms … 30 s.
-pub const DURATION_BUCKETS: &[f64] =
-    &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+pub const DURATION_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -58,9 +57,7 @@ impl Metrics {
         registry.register(Box::new(poll_errors.clone()))?;
         registry.register(Box::new(StateCollector::new(scheduler)?))?;
         #[cfg(target_os = "linux")]
-        registry.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ))?;
+        registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(Metrics {
             registry,
             poll_total,
@@ -78,9 +75,7 @@ impl Metrics {
         error: Option<ErrorCategory>,
     ) {
         let labels = [type_name, instance, group];
-        self.poll_duration
-            .with_label_values(&labels)
-            .observe(seconds);
+        self.poll_duration.with_label_values(&labels).observe(seconds);
         let result = if error.is_some() { "error" } else { "success" };
         self.poll_total
             .with_label_values(&[type_name, instance, group, result])
@@ -94,27 +89,20 @@ impl Metrics {
 
     /// Drop the series of a task that no longer exists.
     pub fn forget_task(&self, type_name: &str, instance: &str, group: &str) {
-        let _ = self
-            .poll_duration
-            .remove_label_values(&[type_name, instance, group]);
+        let _ = self.poll_duration.remove_label_values(&[type_name, instance, group]);
         for result in ["success", "error"] {
             let _ = self
                 .poll_total
                 .remove_label_values(&[type_name, instance, group, result]);
         }
         for c in ["transient", "permanent"] {
-            let _ = self
-                .poll_errors
-                .remove_label_values(&[type_name, instance, group, c]);
+            let _ = self.poll_errors.remove_label_values(&[type_name, instance, group, c]);
         }
     }
 
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
-        if TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .is_err()
-        {
+        if TextEncoder::new().encode(&self.registry.gather(), &mut buf).is_err() {
             return String::new();
         }
         String::from_utf8(buf).unwrap_or_default()
@@ -163,16 +151,10 @@ impl StateCollector {
             "Tasks waiting in the scheduler queue.",
         )?;
         let inflight = IntGaugeVec::new(
-            Opts::new(
-                "pollster_monitor_poll_inflight",
-                "Polls running now, by instance type.",
-            ),
+            Opts::new("pollster_monitor_poll_inflight", "Polls running now, by instance type."),
             &["instance_type"],
         )?;
-        let dead_letter = IntGauge::new(
-            "pollster_monitor_dead_letter_tasks",
-            "Tasks in the dead-letter queue.",
-        )?;
+        let dead_letter = IntGauge::new("pollster_monitor_dead_letter_tasks", "Tasks in the dead-letter queue.")?;
         let cadence = GaugeVec::new(
             Opts::new(
                 "pollster_instance_cadence_seconds",
@@ -233,18 +215,9 @@ impl Collector for StateCollector {
                     .with_label_values(&labels)
                     .set(now.since(since).as_secs_f64());
                 if let Some(ls) = t.rec.last_success {
-                    self.last_success
-                        .with_label_values(&labels)
-                        .set(ls.as_secs_f64());
+                    self.last_success.with_label_values(&labels).set(ls.as_secs_f64());
                 }
-                let state = if t.rec.breaker == BreakerState::Open
-                    && t.rec.retry_at.is_some_and(|r| r <= now)
-                    && t.rec.dead_letter.is_none()
-                {
-                    BreakerState::HalfOpen
-                } else {
-                    t.rec.breaker
-                };
+                let state = crate::core::task::breaker_at(&t.rec, now);
                 self.breaker
                     .with_label_values(&[labels[0], labels[1], labels[2], state.as_str()])
                     .set(1);
@@ -255,8 +228,15 @@ impl Collector for StateCollector {
             for (inst, secs) in cadence {
                 self.cadence.with_label_values(&[inst]).set(secs);
             }
-            for (ty, n) in s.in_flight_per_type() {
-                self.inflight.with_label_values(&[&*ty]).set(n as i64);
+            // Every type with tasks gets a series, 0 when idle, so the family
+            // is always present.
+            let busy = s.in_flight_per_type();
+            let mut types: Vec<&str> = s.tasks().map(|t| &*t.meta.type_name).collect();
+            types.sort_unstable();
+            types.dedup();
+            for ty in types {
+                let n = busy.get(ty).copied().unwrap_or(0);
+                self.inflight.with_label_values(&[ty]).set(n as i64);
             }
             self.queue_depth.set(s.queue_len() as i64);
             self.dead_letter.set(s.dead_letters().len() as i64);

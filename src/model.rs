@@ -13,9 +13,7 @@ use std::time::Duration;
 
 /// Milliseconds since the Unix epoch. The scheduling core only ever sees these
 /// values; the engine reads the wall clock and passes them in.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Timestamp(pub u64);
 
@@ -31,16 +29,10 @@ impl Timestamp {
         Self::from_system_time(std::time::SystemTime::now())
     }
     pub fn plus(self, d: Duration) -> Self {
-        Timestamp(
-            self.0
-                .saturating_add(d.as_millis().min(u64::MAX as u128) as u64),
-        )
+        Timestamp(self.0.saturating_add(d.as_millis().min(u64::MAX as u128) as u64))
     }
     pub fn minus(self, d: Duration) -> Self {
-        Timestamp(
-            self.0
-                .saturating_sub(d.as_millis().min(u64::MAX as u128) as u64),
-        )
+        Timestamp(self.0.saturating_sub(d.as_millis().min(u64::MAX as u128) as u64))
     }
     /// Time from `earlier` to `self`, zero when `earlier` is later.
     pub fn since(self, earlier: Timestamp) -> Duration {
@@ -125,18 +117,13 @@ pub mod duration_str {
         use super::*;
         use serde::Serialize;
         use std::collections::BTreeMap;
-        pub fn serialize<S: Serializer>(
-            m: &BTreeMap<String, Duration>,
-            s: S,
-        ) -> Result<S::Ok, S::Error> {
+        pub fn serialize<S: Serializer>(m: &BTreeMap<String, Duration>, s: S) -> Result<S::Ok, S::Error> {
             m.iter()
                 .map(|(k, v)| (k.clone(), super::format(*v)))
                 .collect::<BTreeMap<_, _>>()
                 .serialize(s)
         }
-        pub fn deserialize<'de, D: Deserializer<'de>>(
-            d: D,
-        ) -> Result<BTreeMap<String, Duration>, D::Error> {
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Duration>, D::Error> {
             let raw = BTreeMap::<String, String>::deserialize(d)?;
             raw.into_iter()
                 .map(|(k, v)| super::parse(&v).map(|d| (k, d)))
@@ -157,11 +144,7 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    pub fn new(
-        field: impl Into<String>,
-        value: impl fmt::Display,
-        message: impl Into<String>,
-    ) -> Self {
+    pub fn new(field: impl Into<String>, value: impl fmt::Display, message: impl Into<String>) -> Self {
         FieldError {
             field: field.into(),
             value: value.to_string(),
@@ -302,11 +285,7 @@ pub struct MonitoringSettings {
 
 fn range_f64(errs: &mut Vec<FieldError>, field: &str, v: f64, lo: f64, hi: f64) {
     if !(v.is_finite() && v >= lo && v <= hi) {
-        errs.push(FieldError::new(
-            field,
-            v,
-            format!("must be between {lo} and {hi}"),
-        ));
+        errs.push(FieldError::new(field, v, format!("must be between {lo} and {hi}")));
     }
 }
 
@@ -354,20 +333,8 @@ impl MonitoringSettings {
                 "must be between 1 and 4096",
             ));
         }
-        range_f64(
-            &mut e,
-            "scheduler.target_utilization",
-            s.target_utilization,
-            0.1,
-            1.0,
-        );
-        range_f64(
-            &mut e,
-            "scheduler.max_stretch_factor",
-            s.max_stretch_factor,
-            1.0,
-            16.0,
-        );
+        range_f64(&mut e, "scheduler.target_utilization", s.target_utilization, 0.1, 1.0);
+        range_f64(&mut e, "scheduler.max_stretch_factor", s.max_stretch_factor, 1.0, 16.0);
         range_f64(
             &mut e,
             "scheduler.aimd_backoff_multiplier",
@@ -382,26 +349,21 @@ impl MonitoringSettings {
             0.01,
             5.0,
         );
-        if s.max_interval < Duration::from_secs(300) || s.max_interval > Duration::from_secs(86400)
-        {
+        if s.max_interval < Duration::from_secs(300) || s.max_interval > Duration::from_secs(86400) {
             e.push(FieldError::new(
                 "scheduler.max_interval",
                 duration_str::format(s.max_interval),
                 "must be between 5m and 24h",
             ));
         }
-        if s.resolve_interval < Duration::from_secs(60)
-            || s.resolve_interval > Duration::from_secs(86400)
-        {
+        if s.resolve_interval < Duration::from_secs(60) || s.resolve_interval > Duration::from_secs(86400) {
             e.push(FieldError::new(
                 "scheduler.resolve_interval",
                 duration_str::format(s.resolve_interval),
                 "must be between 1m and 24h",
             ));
         }
-        if s.state_flush_interval < Duration::from_millis(10)
-            || s.state_flush_interval > Duration::from_secs(60)
-        {
+        if s.state_flush_interval < Duration::from_millis(10) || s.state_flush_interval > Duration::from_secs(60) {
             e.push(FieldError::new(
                 "scheduler.state_flush_interval",
                 duration_str::format(s.state_flush_interval),
@@ -414,22 +376,12 @@ impl MonitoringSettings {
                 e.push(FieldError::new(&field, k, "key must be \"type/group\""));
             }
             if v.is_zero() {
-                e.push(FieldError::new(
-                    &field,
-                    "0s",
-                    "a pin must be greater than zero",
-                ));
+                e.push(FieldError::new(&field, "0s", "a pin must be greater than zero"));
             }
         }
         let f = &self.failure;
         nonzero(&mut e, "failure.backoff_initial", f.backoff_initial);
-        range_f64(
-            &mut e,
-            "failure.backoff_multiplier",
-            f.backoff_multiplier,
-            1.0,
-            10.0,
-        );
+        range_f64(&mut e, "failure.backoff_multiplier", f.backoff_multiplier, 1.0, 10.0);
         range_f64(&mut e, "failure.backoff_jitter", f.backoff_jitter, 0.0, 0.5);
         if f.backoff_max < f.backoff_initial {
             e.push(FieldError::new(
@@ -531,11 +483,7 @@ impl TypeDef {
 
     pub fn validate(&self, field: &str) -> Result<(), FieldError> {
         if !valid_name(&self.name) {
-            return Err(FieldError::new(
-                format!("{field}.name"),
-                &self.name,
-                NAME_RULE,
-            ));
+            return Err(FieldError::new(format!("{field}.name"), &self.name, NAME_RULE));
         }
         if self.groups.is_empty() {
             return Err(FieldError::new(
@@ -693,11 +641,7 @@ impl InstanceConfig {
                 ));
             }
             Err(e) => {
-                return Err(FieldError::new(
-                    "url",
-                    &self.url,
-                    format!("not a valid URL: {e}"),
-                ));
+                return Err(FieldError::new("url", &self.url, format!("not a valid URL: {e}")));
             }
         }
         if self.timeout < Duration::from_millis(10) || self.timeout > Duration::from_secs(300) {
@@ -733,23 +677,11 @@ impl InstanceConfig {
                 ));
             }
             Auth::Header { name, value } => {
-                if name.is_empty()
-                    || !name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
-                {
-                    return Err(FieldError::new(
-                        "auth.name",
-                        name,
-                        "must be a valid HTTP header name",
-                    ));
+                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)) {
+                    return Err(FieldError::new("auth.name", name, "must be a valid HTTP header name"));
                 }
                 if !header_safe(value) {
-                    return Err(FieldError::new(
-                        "auth.value",
-                        "(hidden)",
-                        "must be printable text",
-                    ));
+                    return Err(FieldError::new("auth.value", "(hidden)", "must be printable text"));
                 }
             }
             Auth::Basic { username, password } => {
@@ -761,18 +693,10 @@ impl InstanceConfig {
                     ));
                 }
                 if !header_safe(password) {
-                    return Err(FieldError::new(
-                        "auth.password",
-                        "(hidden)",
-                        "must be printable text",
-                    ));
+                    return Err(FieldError::new("auth.password", "(hidden)", "must be printable text"));
                 }
             }
-            Auth::PveToken {
-                user,
-                token_id,
-                secret,
-            } => {
+            Auth::PveToken { user, token_id, secret } => {
                 if !user.contains('@') || user.contains('!') || !header_safe(user) {
                     return Err(FieldError::new("auth.user", user, "must be USER@REALM"));
                 }

@@ -57,21 +57,9 @@ macro_rules! flat {
 
 pub(super) const MONITORING_VARS: &[EnvVar<MonitoringSettings>] = &[
     nested!("ADAPTIVE_POLLING_ENABLED", adaptive.enabled, parse_bool),
-    nested!(
-        "ADAPTIVE_POLLING_BASE_INTERVAL",
-        adaptive.base_interval,
-        parse_duration
-    ),
-    nested!(
-        "ADAPTIVE_POLLING_MIN_INTERVAL",
-        adaptive.min_interval,
-        parse_duration
-    ),
-    nested!(
-        "ADAPTIVE_POLLING_MAX_INTERVAL",
-        adaptive.max_interval,
-        parse_duration
-    ),
+    nested!("ADAPTIVE_POLLING_BASE_INTERVAL", adaptive.base_interval, parse_duration),
+    nested!("ADAPTIVE_POLLING_MIN_INTERVAL", adaptive.min_interval, parse_duration),
+    nested!("ADAPTIVE_POLLING_MAX_INTERVAL", adaptive.max_interval, parse_duration),
     nested!("POLLSTER_SCHEDULER_MODE", scheduler.mode, parse_mode),
     nested!("POLLSTER_SCHEDULER_WORKERS", scheduler.workers, parse_whole),
     nested!(
@@ -94,11 +82,7 @@ pub(super) const MONITORING_VARS: &[EnvVar<MonitoringSettings>] = &[
         scheduler.resolve_interval,
         parse_duration
     ),
-    nested!(
-        "POLLSTER_SCHEDULER_AIMD_ENABLED",
-        scheduler.aimd_enabled,
-        parse_bool
-    ),
+    nested!("POLLSTER_SCHEDULER_AIMD_ENABLED", scheduler.aimd_enabled, parse_bool),
     nested!(
         "POLLSTER_SCHEDULER_AIMD_BACKOFF_MULTIPLIER",
         scheduler.aimd_backoff_multiplier,
@@ -109,11 +93,7 @@ pub(super) const MONITORING_VARS: &[EnvVar<MonitoringSettings>] = &[
         scheduler.aimd_recovery_rps_per_minute,
         parse_f64
     ),
-    nested!(
-        "POLLSTER_SCHEDULER_PROFILE",
-        scheduler.profile,
-        parse_profile
-    ),
+    nested!("POLLSTER_SCHEDULER_PROFILE", scheduler.profile, parse_profile),
     nested!(
         "POLLSTER_SCHEDULER_STATE_FLUSH_INTERVAL",
         scheduler.state_flush_interval,
@@ -129,16 +109,8 @@ pub(super) const MONITORING_VARS: &[EnvVar<MonitoringSettings>] = &[
         failure.backoff_multiplier,
         parse_f64
     ),
-    nested!(
-        "POLLSTER_FAILURE_BACKOFF_JITTER",
-        failure.backoff_jitter,
-        parse_f64
-    ),
-    nested!(
-        "POLLSTER_FAILURE_BACKOFF_MAX",
-        failure.backoff_max,
-        parse_duration
-    ),
+    nested!("POLLSTER_FAILURE_BACKOFF_JITTER", failure.backoff_jitter, parse_f64),
+    nested!("POLLSTER_FAILURE_BACKOFF_MAX", failure.backoff_max, parse_duration),
     nested!(
         "POLLSTER_FAILURE_BREAKER_THRESHOLD",
         failure.breaker_threshold,
@@ -158,12 +130,7 @@ pub(super) const MONITORING_VARS: &[EnvVar<MonitoringSettings>] = &[
 
 pub(super) const SERVER_VARS: &[EnvVar<ServerConfig>] = &[
     flat!("POLLSTER_LISTEN", "server", listen, parse_addr),
-    flat!(
-        "POLLSTER_METRICS_LISTEN",
-        "server",
-        metrics_listen,
-        parse_addr
-    ),
+    flat!("POLLSTER_METRICS_LISTEN", "server", metrics_listen, parse_addr),
     flat!("POLLSTER_DATA_DIR", "server", data_dir, parse_path),
 ];
 
@@ -173,18 +140,8 @@ pub(super) const SINK_VARS: &[EnvVar<SinkConfig>] = &[
     flat!("POLLSTER_SINK_URL", "sink", url, parse_string),
     flat!("POLLSTER_SINK_BATCH_SIZE", "sink", batch_size, parse_whole),
     flat!("POLLSTER_SINK_BUFFERING", "sink", buffering, parse_duration),
-    flat!(
-        "POLLSTER_SINK_RETRY_LIMIT",
-        "sink",
-        retry_limit,
-        parse_duration
-    ),
-    flat!(
-        "POLLSTER_SINK_QUEUE_LIMIT",
-        "sink",
-        queue_limit,
-        parse_whole
-    ),
+    flat!("POLLSTER_SINK_RETRY_LIMIT", "sink", retry_limit, parse_duration),
+    flat!("POLLSTER_SINK_QUEUE_LIMIT", "sink", queue_limit, parse_whole),
     flat!("POLLSTER_SINK_GZIP", "sink", gzip, parse_bool),
 ];
 
@@ -322,10 +279,7 @@ impl EnvOverrides {
     }
 
     fn find(&self, field: &str) -> Option<&Applied> {
-        self.monitoring
-            .iter()
-            .chain(&self.sink)
-            .find(|a| a.field == field)
+        self.monitoring.iter().chain(&self.sink).find(|a| a.field == field)
     }
 }
 

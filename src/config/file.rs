@@ -8,9 +8,7 @@
 //! (where in the text).
 
 use super::{ConfigError, ServerConfig, SinkConfig};
-use crate::model::{
-    AdaptiveSettings, BudgetConfig, FailureSettings, InstanceConfig, SchedulerSettings, TypeDef,
-};
+use crate::model::{AdaptiveSettings, BudgetConfig, FailureSettings, InstanceConfig, SchedulerSettings, TypeDef};
 use serde::Deserialize;
 
 /// The file as written; every section is optional.
@@ -141,12 +139,7 @@ fn shape_error(
         {
             path.push(Seg::Key(name.clone()));
         }
-        return ConfigError::new(
-            file,
-            key_string(&path),
-            "",
-            format!("required key is missing{line}"),
-        );
+        return ConfigError::new(file, key_string(&path), "", format!("required key is missing{line}"));
     } else {
         raw.clone()
     };
@@ -161,11 +154,7 @@ fn shape_error(
 
 /// The names between backticks in a serde message, in order.
 fn backticked(s: &str) -> Vec<String> {
-    s.split('`')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_string)
-        .collect()
+    s.split('`').skip(1).step_by(2).map(str::to_string).collect()
 }
 
 /// The candidate closest to `name`, if it is close enough to be a typo.
@@ -231,9 +220,7 @@ pub(super) fn render(v: &toml::Value) -> String {
 
 /// A table key: bare when TOML allows, quoted otherwise.
 fn render_key(k: &str) -> String {
-    let bare = !k.is_empty()
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    let bare = !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if bare {
         k.to_string()
     } else {

@@ -18,8 +18,7 @@ mod file;
 pub use env::{EnvOverrides, known_env_vars};
 
 use crate::model::{
-    BudgetConfig, FieldError, InstanceConfig, MonitoringSettings, NAME_RULE, TypeDef, duration_str,
-    valid_name,
+    BudgetConfig, FieldError, InstanceConfig, MonitoringSettings, NAME_RULE, TypeDef, duration_str, valid_name,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -114,11 +113,7 @@ impl SinkConfig {
                 ));
             }
             Err(e) => {
-                return Err(FieldError::new(
-                    "url",
-                    &self.url,
-                    format!("not a valid URL: {e}"),
-                ));
+                return Err(FieldError::new("url", &self.url, format!("not a valid URL: {e}")));
             }
         }
         for (name, value) in &self.headers {
@@ -175,11 +170,7 @@ impl SinkConfig {
 
 impl fmt::Debug for SinkConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let headers: BTreeMap<&str, &str> = self
-            .headers
-            .keys()
-            .map(|k| (k.as_str(), "(hidden)"))
-            .collect();
+        let headers: BTreeMap<&str, &str> = self.headers.keys().map(|k| (k.as_str(), "(hidden)")).collect();
         f.debug_struct("SinkConfig")
             .field("url", &self.url)
             .field("headers", &headers)
@@ -238,10 +229,7 @@ impl fmt::Debug for Config {
             .field("budgets", &self.budgets)
             .field("types", &self.types)
             .field("instances", &self.instances.len())
-            .field(
-                "admin_password",
-                &self.admin_password.as_ref().map(|_| "(hidden)"),
-            )
+            .field("admin_password", &self.admin_password.as_ref().map(|_| "(hidden)"))
             .field("warnings", &self.warnings)
             .finish()
     }
@@ -287,12 +275,7 @@ impl ConfigError {
     /// From a model validation error; `prefix` makes the field a full key path
     /// (e.g. `instances[1].`).
     fn from_field(file: &str, prefix: &str, e: FieldError) -> Self {
-        ConfigError::new(
-            file,
-            format!("{prefix}{}", e.field),
-            quote_plain(&e.value),
-            e.message,
-        )
+        ConfigError::new(file, format!("{prefix}{}", e.field), quote_plain(&e.value), e.message)
     }
 }
 
@@ -303,11 +286,7 @@ fn quote_plain(v: &str) -> String {
         || matches!(v, "true" | "false" | "(hidden)")
         || v.starts_with('[')
         || v.starts_with('{');
-    if bare {
-        v.to_string()
-    } else {
-        format!("{v:?}")
-    }
+    if bare { v.to_string() } else { format!("{v:?}") }
 }
 
 /// Load the file (if any) and the given environment, and validate everything.
@@ -334,9 +313,8 @@ pub fn load_with_presets(
         None => None,
         Some(path) => {
             let name = path.display().to_string();
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                ConfigError::new(&name, "", "", format!("cannot read config file: {e}"))
-            })?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::new(&name, "", "", format!("cannot read config file: {e}")))?;
             Some((name.clone(), file::parse(&name, &text)?))
         }
     };
@@ -354,8 +332,7 @@ pub fn load_with_presets(
             scheduler: f.scheduler,
             failure: f.failure,
         };
-        (server, sink, budgets, types, instances) =
-            (f.server, f.sink, f.budgets, f.types, f.instances);
+        (server, sink, budgets, types, instances) = (f.server, f.sink, f.budgets, f.types, f.instances);
     }
 
     // The file must be valid on its own: the environment may go away.
@@ -366,15 +343,11 @@ pub fn load_with_presets(
     validate_budgets(&name, &budgets)?;
     validate_types(&name, &types)?;
     let known_types = known_types(&types, presets);
-    validate_pins(
-        &monitoring_file.scheduler.group_interval_overrides,
-        &known_types,
-    )
-    .map_err(|e| ConfigError::from_field(&name, "", e))?;
+    validate_pins(&monitoring_file.scheduler.group_interval_overrides, &known_types)
+        .map_err(|e| ConfigError::from_field(&name, "", e))?;
     validate_instances(&name, &instances, &known_types, &budgets)?;
     if let Some(s) = &sink {
-        s.validate()
-            .map_err(|e| ConfigError::from_field(&name, "sink.", e))?;
+        s.validate().map_err(|e| ConfigError::from_field(&name, "sink.", e))?;
     }
 
     let from_env = env::read(env, &monitoring_file, &server, sink.as_ref())?;
@@ -458,18 +431,13 @@ fn validate_server(file: &str, s: &ServerConfig) -> Result<(), ConfigError> {
 fn validate_budgets(file: &str, budgets: &[BudgetConfig]) -> Result<(), ConfigError> {
     let mut seen = BTreeSet::new();
     for (i, b) in budgets.iter().enumerate() {
-        let err = |key: &str, value: String, msg: &str| {
-            ConfigError::new(file, format!("budgets[{i}].{key}"), value, msg)
-        };
+        let err =
+            |key: &str, value: String, msg: &str| ConfigError::new(file, format!("budgets[{i}].{key}"), value, msg);
         if !valid_name(&b.name) {
             return Err(err("name", format!("{:?}", b.name), NAME_RULE));
         }
         if !seen.insert(b.name.as_str()) {
-            return Err(err(
-                "name",
-                format!("{:?}", b.name),
-                "duplicate budget name",
-            ));
+            return Err(err("name", format!("{:?}", b.name), "duplicate budget name"));
         }
         if !(b.requests_per_second.is_finite() && b.requests_per_second > 0.0) {
             return Err(err(
@@ -486,11 +454,7 @@ fn validate_budgets(file: &str, budgets: &[BudgetConfig]) -> Result<(), ConfigEr
             ));
         }
         if !(1..=100).contains(&b.burst) {
-            return Err(err(
-                "burst",
-                b.burst.to_string(),
-                "must be between 1 and 100",
-            ));
+            return Err(err("burst", b.burst.to_string(), "must be between 1 and 100"));
         }
     }
     Ok(())
@@ -500,8 +464,7 @@ fn validate_types(file: &str, types: &[TypeDef]) -> Result<(), ConfigError> {
     let mut seen = BTreeSet::new();
     for (i, t) in types.iter().enumerate() {
         let field = format!("types[{i}]");
-        t.validate(&field)
-            .map_err(|e| ConfigError::from_field(file, "", e))?;
+        t.validate(&field).map_err(|e| ConfigError::from_field(file, "", e))?;
         let name = format!("{:?}", t.name);
         if t.name == "http" {
             return Err(ConfigError::new(
@@ -544,10 +507,7 @@ fn type_names(types: &[TypeDef]) -> String {
 /// built-in `http`; of two types with one name the last counts). The error's field is
 /// `scheduler.group_interval_overrides.<key>`, as in
 /// [`MonitoringSettings::validate`]; the settings API can use this too.
-pub fn validate_pins(
-    overrides: &BTreeMap<String, Duration>,
-    types: &[TypeDef],
-) -> Result<(), FieldError> {
+pub fn validate_pins(overrides: &BTreeMap<String, Duration>, types: &[TypeDef]) -> Result<(), FieldError> {
     for (key, interval) in overrides {
         let field = format!("scheduler.group_interval_overrides.{key}");
         let value = duration_str::format(*interval);

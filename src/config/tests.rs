@@ -106,16 +106,10 @@ fn no_env() -> BTreeMap<String, String> {
 }
 
 fn env_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-fn load_text(
-    text: &str,
-    env: &BTreeMap<String, String>,
-) -> (TempConfig, Result<Config, ConfigError>) {
+fn load_text(text: &str, env: &BTreeMap<String, String>) -> (TempConfig, Result<Config, ConfigError>) {
     let tc = TempConfig::new(text);
     let r = load(Some(&tc.path), env);
     (tc, r)
@@ -134,10 +128,7 @@ fn expect_file_error(text: &str, key: &str, value: &str) -> ConfigError {
     assert_eq!(e.value, value, "{e}");
     let shown = e.to_string();
     assert!(!shown.contains('\n'), "one line: {shown}");
-    assert!(
-        shown.starts_with(&format!("{}: {key}", tc.name())),
-        "{shown}"
-    );
+    assert!(shown.starts_with(&format!("{}: {key}", tc.name())), "{shown}");
     if !value.is_empty() {
         assert!(shown.contains(&format!("{key} = {value}: ")), "{shown}");
     }
@@ -154,8 +145,7 @@ fn expect_env_error(text: &str, env: &[(&str, &str)], key: &str, value: &str) ->
     assert_eq!(e.key, key, "{e}");
     assert_eq!(e.value, value, "{e}");
     assert!(
-        e.to_string()
-            .starts_with(&format!("environment: {key} = {value}: ")),
+        e.to_string().starts_with(&format!("environment: {key} = {value}: ")),
         "{e}"
     );
     e
@@ -173,10 +163,7 @@ fn full_example_loads_with_every_value() {
     assert_eq!(c.admin_password, None);
 
     assert_eq!(c.server.listen, "0.0.0.0:7655".parse().expect("addr"));
-    assert_eq!(
-        c.server.metrics_listen,
-        "0.0.0.0:9091".parse().expect("addr")
-    );
+    assert_eq!(c.server.metrics_listen, "0.0.0.0:9091".parse().expect("addr"));
     assert_eq!(c.server.data_dir, PathBuf::from("/var/lib/pollster"));
 
     let m = &c.monitoring_file;
@@ -237,13 +224,7 @@ fn full_example_loads_with_every_value() {
     assert_eq!(t.groups.len(), 1);
     let g = &t.groups[0];
     assert_eq!(
-        (
-            g.name.as_str(),
-            g.path.as_str(),
-            g.priority,
-            g.floor,
-            g.cost
-        ),
+        (g.name.as_str(), g.path.as_str(), g.priority, g.floor, g.cost),
         ("status", "/status", 1, Duration::from_secs(30), 1.0)
     );
     assert!(g.gated);
@@ -256,10 +237,7 @@ fn full_example_loads_with_every_value() {
     assert_eq!(i.url, "http://127.0.0.1:8080/health");
     assert_eq!(i.timeout, Duration::from_secs(10));
     assert_eq!(i.budget.as_deref(), Some("meraki-org"));
-    assert_eq!(
-        i.labels,
-        BTreeMap::from([("critical".to_string(), "true".to_string())])
-    );
+    assert_eq!(i.labels, BTreeMap::from([("critical".to_string(), "true".to_string())]));
     assert!(i.enabled);
     assert_eq!(i.auth, Auth::None);
 
@@ -322,10 +300,7 @@ fn syntax_error_names_file_and_line() {
 
 #[test]
 fn duplicate_toml_key_is_a_syntax_error_with_line() {
-    let (_tc, r) = load_text(
-        "[failure]\nbreaker_threshold = 3\n\nbreaker_threshold = 4\n",
-        &no_env(),
-    );
+    let (_tc, r) = load_text("[failure]\nbreaker_threshold = 3\n\nbreaker_threshold = 4\n", &no_env());
     let e = r.expect_err("duplicate key");
     assert!(e.message.contains("line 4"), "{e}");
 }
@@ -343,26 +318,18 @@ fn unknown_section_and_nested_keys() {
     let e = expect_file_error("[sheduler]\nworkers = 4\n", "sheduler", "{ workers = 4 }");
     assert!(e.message.contains("did you mean scheduler?"), "{e}");
 
-    let text =
-        format!("{EXAMPLE}\n[[instances]]\nname = \"b\"\nurl = \"http://b\"\ntimout = \"5s\"\n");
+    let text = format!("{EXAMPLE}\n[[instances]]\nname = \"b\"\nurl = \"http://b\"\ntimout = \"5s\"\n");
     let e = expect_file_error(&text, "instances[1].timout", "\"5s\"");
-    assert!(
-        e.message.contains("did you mean instances[1].timeout?"),
-        "{e}"
-    );
+    assert!(e.message.contains("did you mean instances[1].timeout?"), "{e}");
 
     let text = "[[types]]\nname = \"t\"\n[[types.groups]]\nname = \"g\"\nflor = \"1s\"\n";
     let e = expect_file_error(text, "types[0].groups[0].flor", "\"1s\"");
-    assert!(
-        e.message.contains("did you mean types[0].groups[0].floor?"),
-        "{e}"
-    );
+    assert!(e.message.contains("did you mean types[0].groups[0].floor?"), "{e}");
 
     // Nothing close: list what is known instead of guessing.
     let e = expect_file_error("[server]\nzzzzzzzz = 1\n", "server.zzzzzzzz", "1");
     assert!(
-        e.message
-            .contains("known keys here: listen, metrics_listen, data_dir"),
+        e.message.contains("known keys here: listen, metrics_listen, data_dir"),
         "{e}"
     );
 }
@@ -375,47 +342,24 @@ fn bad_duration_names_key_and_value() {
         "\"5 parsecs\"",
     );
     assert!(e.message.contains("invalid duration"), "{e}");
-    expect_file_error(
-        "[adaptive]\nbase_interval = 10\n",
-        "adaptive.base_interval",
-        "10",
-    );
+    expect_file_error("[adaptive]\nbase_interval = 10\n", "adaptive.base_interval", "10");
 }
 
 #[test]
 fn wrong_types_and_unknown_variants() {
-    expect_file_error(
-        "[scheduler]\nworkers = \"many\"\n",
-        "scheduler.workers",
-        "\"many\"",
-    );
-    let e = expect_file_error(
-        "[scheduler]\nprofile = \"ful\"\n",
-        "scheduler.profile",
-        "\"ful\"",
-    );
+    expect_file_error("[scheduler]\nworkers = \"many\"\n", "scheduler.workers", "\"many\"");
+    let e = expect_file_error("[scheduler]\nprofile = \"ful\"\n", "scheduler.profile", "\"ful\"");
     assert!(e.message.contains("did you mean \"full\"?"), "{e}");
-    let e = expect_file_error(
-        "[scheduler]\nmode = \"sometimes\"\n",
-        "scheduler.mode",
-        "\"sometimes\"",
-    );
+    let e = expect_file_error("[scheduler]\nmode = \"sometimes\"\n", "scheduler.mode", "\"sometimes\"");
     assert!(e.message.contains("adaptive, fixed"), "{e}");
-    expect_file_error(
-        "[server]\nlisten = \"localhost\"\n",
-        "server.listen",
-        "\"localhost\"",
-    );
+    expect_file_error("[server]\nlisten = \"localhost\"\n", "server.listen", "\"localhost\"");
 }
 
 #[test]
 fn missing_required_key() {
     let e = expect_file_error("[[instances]]\nname = \"a\"\n", "instances[0].url", "");
     assert!(e.message.contains("required key is missing"), "{e}");
-    assert_eq!(
-        e.to_string(),
-        format!("{}: instances[0].url: {}", e.file, e.message)
-    );
+    assert_eq!(e.to_string(), format!("{}: instances[0].url: {}", e.file, e.message));
 }
 
 #[test]
@@ -513,21 +457,9 @@ fn instance_secrets_never_appear_in_errors() {
 #[test]
 fn budget_errors() {
     let b = |body: &str| format!("[[budgets]]\nname = \"p\"\n{body}\n");
-    expect_file_error(
-        &b("requests_per_second = 0.0"),
-        "budgets[0].requests_per_second",
-        "0",
-    );
-    expect_file_error(
-        &b("requests_per_second = -1.0"),
-        "budgets[0].requests_per_second",
-        "-1",
-    );
-    expect_file_error(
-        &b("requests_per_second = nan"),
-        "budgets[0].requests_per_second",
-        "NaN",
-    );
+    expect_file_error(&b("requests_per_second = 0.0"), "budgets[0].requests_per_second", "0");
+    expect_file_error(&b("requests_per_second = -1.0"), "budgets[0].requests_per_second", "-1");
+    expect_file_error(&b("requests_per_second = nan"), "budgets[0].requests_per_second", "NaN");
     expect_file_error(
         &b("requests_per_second = 1.0\nshared_fraction = 1.5"),
         "budgets[0].shared_fraction",
@@ -538,21 +470,9 @@ fn budget_errors() {
         "budgets[0].shared_fraction",
         "0",
     );
-    expect_file_error(
-        &b("requests_per_second = 1.0\nburst = 0"),
-        "budgets[0].burst",
-        "0",
-    );
-    expect_file_error(
-        &b("requests_per_second = 1.0\nburst = 101"),
-        "budgets[0].burst",
-        "101",
-    );
-    let twice = format!(
-        "{}{}",
-        b("requests_per_second = 1.0"),
-        b("requests_per_second = 2.0")
-    );
+    expect_file_error(&b("requests_per_second = 1.0\nburst = 0"), "budgets[0].burst", "0");
+    expect_file_error(&b("requests_per_second = 1.0\nburst = 101"), "budgets[0].burst", "101");
+    let twice = format!("{}{}", b("requests_per_second = 1.0"), b("requests_per_second = 2.0"));
     let e = expect_file_error(&twice, "budgets[1].name", "\"p\"");
     assert!(e.message.contains("duplicate"), "{e}");
     let bad = "[[budgets]]\nname = \"-p\"\nrequests_per_second = 1.0\n";
@@ -573,11 +493,7 @@ fn pins_must_name_an_existing_type_and_group() {
         "scheduler.group_interval_overrides.http/prob",
         "\"1m\"",
     );
-    assert!(
-        e.message
-            .contains("has no group \"prob\" (its groups: probe)"),
-        "{e}"
-    );
+    assert!(e.message.contains("has no group \"prob\" (its groups: probe)"), "{e}");
 
     let (_tc, r) = load_text(
         "[scheduler]\ngroup_interval_overrides = { \"http/probe\" = \"30s\" }\n",
@@ -588,17 +504,9 @@ fn pins_must_name_an_existing_type_and_group() {
 
 #[test]
 fn sink_errors() {
-    let e = expect_file_error(
-        "[sink]\nurl = \"file:///tmp/x\"\n",
-        "sink.url",
-        "\"file:///tmp/x\"",
-    );
+    let e = expect_file_error("[sink]\nurl = \"file:///tmp/x\"\n", "sink.url", "\"file:///tmp/x\"");
     assert!(e.message.contains("http"), "{e}");
-    expect_file_error(
-        "[sink]\nurl = \"http://s\"\nbatch_size = 0\n",
-        "sink.batch_size",
-        "0",
-    );
+    expect_file_error("[sink]\nurl = \"http://s\"\nbatch_size = 0\n", "sink.batch_size", "0");
     let e = expect_file_error(
         "[sink]\nurl = \"http://s\"\nbufering = \"1s\"\n",
         "sink.bufering",
@@ -636,10 +544,7 @@ fn sub_second_durations_are_accepted() {
         c.monitoring_file.scheduler.state_flush_interval,
         Duration::from_millis(10)
     );
-    assert_eq!(
-        c.monitoring().failure.backoff_max,
-        Duration::from_millis(750)
-    );
+    assert_eq!(c.monitoring().failure.backoff_max, Duration::from_millis(750));
 }
 
 // ---------------------------------------------------------------- environment
@@ -760,12 +665,7 @@ fn bad_env_values_name_the_variable() {
         "POLLSTER_SCHEDULER_TARGET_UTILIZATION",
         "\"inf\"",
     );
-    expect_env_error(
-        "",
-        &[("POLLSTER_LISTEN", "7655")],
-        "POLLSTER_LISTEN",
-        "\"7655\"",
-    );
+    expect_env_error("", &[("POLLSTER_LISTEN", "7655")], "POLLSTER_LISTEN", "\"7655\"");
     expect_env_error(
         "",
         &[("POLLSTER_SINK_URL", "not a url")],
@@ -790,16 +690,10 @@ fn env_values_are_validated_after_applying() {
         "ADAPTIVE_POLLING_MIN_INTERVAL",
         "\"20s\"",
     );
-    assert!(
-        e.message.contains("must not exceed base_interval (10s)"),
-        "{e}"
-    );
+    assert!(e.message.contains("must not exceed base_interval (10s)"), "{e}");
 
     // A cross-field rule broken by a variable that sets the other field.
-    let (_tc, r) = load_text(
-        EXAMPLE,
-        &env_of(&[("ADAPTIVE_POLLING_BASE_INTERVAL", "2s")]),
-    );
+    let (_tc, r) = load_text(EXAMPLE, &env_of(&[("ADAPTIVE_POLLING_BASE_INTERVAL", "2s")]));
     let e = r.expect_err("min > base after env");
     assert_eq!(e.file, "environment");
     assert_eq!(e.key, "adaptive.min_interval");
@@ -836,19 +730,13 @@ fn sink_url_alone_enables_the_sink() {
         c.env.locked_sink().get("sink.url").map(String::as_str),
         Some("POLLSTER_SINK_URL")
     );
-    assert!(
-        c.env.locked().is_empty(),
-        "sink fields are not monitoring fields"
-    );
+    assert!(c.env.locked().is_empty(), "sink fields are not monitoring fields");
 
     // Overrides a file sink field by field.
     let (_tc, r) = load_text(EXAMPLE, &env_of(&[("POLLSTER_SINK_BATCH_SIZE", "50")]));
     let c = r.expect("valid");
     let s = c.sink.as_ref().expect("sink");
-    assert_eq!(
-        (s.batch_size, s.url.as_str()),
-        (50, "https://collector.example/ingest")
-    );
+    assert_eq!((s.batch_size, s.url.as_str()), (50, "https://collector.example/ingest"));
 
     // Out of range from the environment names the variable.
     expect_env_error(
@@ -922,11 +810,7 @@ fn known_env_vars_cover_every_scalar_setting() {
             let var = if section == "adaptive" {
                 format!("ADAPTIVE_POLLING_{}", field.to_uppercase())
             } else {
-                format!(
-                    "POLLSTER_{}_{}",
-                    section.to_uppercase(),
-                    field.to_uppercase()
-                )
+                format!("POLLSTER_{}_{}", section.to_uppercase(), field.to_uppercase())
             };
             assert!(known.contains(&var.as_str()), "{var} missing");
         }
@@ -981,10 +865,7 @@ fn error_display_forms() {
     let e = ConfigError::new("f.toml", "a.b", "", "missing");
     assert_eq!(e.to_string(), "f.toml: a.b: missing");
     let e = ConfigError::new("f.toml", "", "", "TOML syntax error at line 1, column 1: x");
-    assert_eq!(
-        e.to_string(),
-        "f.toml: TOML syntax error at line 1, column 1: x"
-    );
+    assert_eq!(e.to_string(), "f.toml: TOML syntax error at line 1, column 1: x");
 }
 
 #[test]

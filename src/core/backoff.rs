@@ -21,11 +21,7 @@ pub fn base_delay(failures: u32, s: &FailureSettings) -> Duration {
 pub fn delay<R: Rng + ?Sized>(failures: u32, s: &FailureSettings, rng: &mut R) -> Duration {
     let base = base_delay(failures, s).as_millis() as f64;
     let j = s.backoff_jitter.clamp(0.0, 1.0);
-    let factor = if j > 0.0 {
-        1.0 + rng.random_range(-j..=j)
-    } else {
-        1.0
-    };
+    let factor = if j > 0.0 { 1.0 + rng.random_range(-j..=j) } else { 1.0 };
     let cap = s.backoff_max.as_millis() as f64;
     Duration::from_millis((base * factor).min(cap).max(0.0) as u64)
 }

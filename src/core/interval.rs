@@ -74,8 +74,7 @@ pub fn on_success<R: Rng + ?Sized>(
     }
     .clamp(min, max);
     let t = target(changed, idle_streak, priority, s);
-    let smoothed =
-        (SMOOTHING_TARGET_WEIGHT * t + (1.0 - SMOOTHING_TARGET_WEIGHT) * prev).clamp(min, max);
+    let smoothed = (SMOOTHING_TARGET_WEIGHT * t + (1.0 - SMOOTHING_TARGET_WEIGHT) * prev).clamp(min, max);
     schedule(smoothed, min, max, planned, rng)
 }
 
@@ -103,13 +102,7 @@ pub fn retime<R: Rng + ?Sized>(
     schedule(prev.clamp(min, max), min, max, planned, rng)
 }
 
-fn schedule<R: Rng + ?Sized>(
-    smoothed: f64,
-    min: f64,
-    max: f64,
-    planned: Duration,
-    rng: &mut R,
-) -> Step {
+fn schedule<R: Rng + ?Sized>(smoothed: f64, min: f64, max: f64, planned: Duration, rng: &mut R) -> Step {
     let jittered = (smoothed * (1.0 + rng.random_range(-JITTER..=JITTER))).clamp(min, max);
     let interval = Duration::from_millis(jittered.round() as u64).max(planned);
     Step {
@@ -150,11 +143,7 @@ mod tests {
         let mut prev = 0;
         for k in 1..40 {
             let step = on_success(false, k, prev, 2, NO_PLAN, &s, &mut rng);
-            assert!(
-                step.interval <= s.base_interval,
-                "k={k} {:?}",
-                step.interval
-            );
+            assert!(step.interval <= s.base_interval, "k={k} {:?}", step.interval);
             prev = step.smoothed_ms;
         }
     }
@@ -166,18 +155,12 @@ mod tests {
         // changed: 0.6 × 5 s + 0.4 × 10 s (base, no previous) = 7 s
         let step = on_success(true, 0, 0, 3, NO_PLAN, &s, &mut rng);
         assert_eq!(step.smoothed_ms, 7_000);
-        assert!(
-            step.interval >= Duration::from_millis(6_650)
-                && step.interval <= Duration::from_millis(7_350)
-        );
+        assert!(step.interval >= Duration::from_millis(6_650) && step.interval <= Duration::from_millis(7_350));
     }
 
     #[test]
     fn disabled_uses_the_planned_interval_alone() {
-        let s = AdaptiveSettings {
-            enabled: false,
-            ..s()
-        };
+        let s = AdaptiveSettings { enabled: false, ..s() };
         let mut rng = SmallRng::seed_from_u64(1);
         let step = on_success(true, 0, 9_000, 3, Duration::from_secs(42), &s, &mut rng);
         assert_eq!(step.interval, Duration::from_secs(42));

@@ -38,10 +38,7 @@ mod tests {
     #[test]
     fn offsets_are_deterministic_and_bounded() {
         let k = TaskKey::new("pve-1", "nodes");
-        assert_eq!(
-            offset(&k, Duration::from_secs(60)),
-            offset(&k, Duration::from_secs(60))
-        );
+        assert_eq!(offset(&k, Duration::from_secs(60)), offset(&k, Duration::from_secs(60)));
         for i in 0..1000 {
             let k = TaskKey::new(&format!("inst-{i}"), "probe");
             assert!(offset(&k, Duration::from_secs(10)) < Duration::from_secs(5));
@@ -64,9 +61,6 @@ mod tests {
 
     #[test]
     fn instance_and_group_boundaries_matter() {
-        assert_ne!(
-            key_hash(&TaskKey::new("ab", "c")),
-            key_hash(&TaskKey::new("a", "bc"))
-        );
+        assert_ne!(key_hash(&TaskKey::new("ab", "c")), key_hash(&TaskKey::new("a", "bc")));
     }
 }

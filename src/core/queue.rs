@@ -212,10 +212,7 @@ mod tests {
         let mut q = TaskQueue::new();
         q.upsert(e(50, 1, 0, "a"));
         assert!(q.pop_due(Timestamp(49)).is_none());
-        assert_eq!(
-            q.pop_due(Timestamp(50)).map(|e| e.next_run),
-            Some(Timestamp(50))
-        );
+        assert_eq!(q.pop_due(Timestamp(50)).map(|e| e.next_run), Some(Timestamp(50)));
         assert!(q.is_empty());
     }
 
@@ -228,10 +225,7 @@ mod tests {
         assert_eq!(q.len(), 2);
         assert_eq!(q.peek().map(|e| e.next_run), Some(Timestamp(10)));
         q.upsert(e(99, 1, 0, "a"));
-        assert_eq!(
-            q.peek().map(|e| e.key.instance.to_string()),
-            Some("b".into())
-        );
+        assert_eq!(q.peek().map(|e| e.key.instance.to_string()), Some("b".into()));
         assert_eq!(
             q.remove(&TaskKey::new("a", "g")).map(|e| e.next_run),
             Some(Timestamp(99))

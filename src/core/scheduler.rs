@@ -166,8 +166,7 @@ impl Scheduler {
                 rec
             }
             None => {
-                let iv =
-                    task::current_interval(&TaskRecord::default(), &meta, &self.settings.adaptive);
+                let iv = task::current_interval(&TaskRecord::default(), &meta, &self.settings.adaptive);
                 let next_run = if cold_start {
                     now
                 } else {
@@ -249,15 +248,7 @@ impl Scheduler {
         let due = t.in_flight?;
         let mut rec = t.rec.clone();
         let transition = match result {
-            Ok(ok) => task::on_success(
-                &mut rec,
-                &t.meta,
-                ok.digest,
-                due,
-                now,
-                &self.settings.adaptive,
-                rng,
-            ),
+            Ok(ok) => task::on_success(&mut rec, &t.meta, ok.digest, due, now, &self.settings.adaptive, rng),
             Err(err) => task::on_failure(&mut rec, err, now, &self.settings.failure, rng),
         };
         Some(Planned {
@@ -305,12 +296,7 @@ impl Scheduler {
     /// New monitoring settings: store them and re-time every queued task at
     /// once (no restart). Tasks in backoff keep their retry time; dead-letter
     /// rechecks follow a changed recheck interval.
-    pub fn set_settings<R: Rng + ?Sized>(
-        &mut self,
-        settings: MonitoringSettings,
-        now: Timestamp,
-        rng: &mut R,
-    ) {
+    pub fn set_settings<R: Rng + ?Sized>(&mut self, settings: MonitoringSettings, now: Timestamp, rng: &mut R) {
         if settings == self.settings {
             return;
         }
@@ -338,13 +324,7 @@ impl Scheduler {
                 t.rec.next_run = recheck;
             }
         } else if t.rec.failures == 0 && t.rec.breaker == BreakerState::Closed {
-            let step = interval::retime(
-                t.rec.interval_ms,
-                t.meta.priority,
-                t.meta.planned,
-                &s.adaptive,
-                rng,
-            );
+            let step = interval::retime(t.rec.interval_ms, t.meta.priority, t.meta.planned, &s.adaptive, rng);
             if s.adaptive.enabled {
                 t.rec.interval_ms = step.smoothed_ms;
             }
@@ -362,11 +342,7 @@ impl Scheduler {
 
     /// Operator: probe a dead-lettered task now. It leaves the queue if the
     /// probe succeeds.
-    pub fn retry_dead_letter(
-        &mut self,
-        key: &TaskKey,
-        now: Timestamp,
-    ) -> Result<TaskRecord, OpError> {
+    pub fn retry_dead_letter(&mut self, key: &TaskKey, now: Timestamp) -> Result<TaskRecord, OpError> {
         let t = self
             .tasks
             .get_mut(key)
@@ -377,11 +353,7 @@ impl Scheduler {
         if t.in_flight.is_some() {
             return Err(OpError::InFlight(key.to_string()));
         }
-        if let Some(dl) = t.rec.dead_letter.as_mut() {
-            dl.next_recheck = now;
-        }
-        t.rec.retry_at = Some(now);
-        t.rec.next_run = now;
+        task::retry_now(&mut t.rec, now);
         let rec = t.rec.clone();
         self.dirty.insert(key.clone());
         self.enqueue(key, now);
@@ -401,10 +373,7 @@ impl Scheduler {
         if t.in_flight.is_some() {
             return Err(OpError::InFlight(key.to_string()));
         }
-        t.rec.dead_letter = None;
-        t.rec.disabled = true;
-        t.rec.breaker = BreakerState::Closed;
-        t.rec.retry_at = None;
+        task::discard(&mut t.rec);
         let rec = t.rec.clone();
         self.queue.remove(key);
         self.dirty.insert(key.clone());
@@ -481,11 +450,7 @@ impl Scheduler {
 
     /// Dead-lettered tasks, most recent entry first.
     pub fn dead_letters(&self) -> Vec<&Task> {
-        let mut v: Vec<&Task> = self
-            .tasks
-            .values()
-            .filter(|t| t.rec.dead_letter.is_some())
-            .collect();
+        let mut v: Vec<&Task> = self.tasks.values().filter(|t| t.rec.dead_letter.is_some()).collect();
         v.sort_by(|a, b| {
             let sa = a.rec.dead_letter.as_ref().map(|d| d.since);
             let sb = b.rec.dead_letter.as_ref().map(|d| d.since);
@@ -592,12 +557,7 @@ mod tests {
             let d = s.pop_due(expected).expect("due");
             assert_eq!(d.due, expected);
             // every poll takes 1.7 s and the dispatcher was a bit late
-            s.complete(
-                &d.key,
-                &ok(i % 3),
-                expected.plus(Duration::from_millis(1700)),
-                &mut rng,
-            );
+            s.complete(&d.key, &ok(i % 3), expected.plus(Duration::from_millis(1700)), &mut rng);
             expected = expected.plus(Duration::from_secs(5));
             assert_eq!(s.next_wakeup(), Some(expected), "poll {i}");
         }
@@ -612,9 +572,7 @@ mod tests {
         let now = Timestamp(SEC);
         s.place(k("a"), meta(5), None, now, true);
         let d = s.pop_due(now).expect("due");
-        let p = s
-            .plan_completion(&d.key, &fail(), now, &mut rng)
-            .expect("planned");
+        let p = s.plan_completion(&d.key, &fail(), now, &mut rng).expect("planned");
         assert!(p.transition.must_commit());
         assert!(s.dead_letters().is_empty(), "not visible before apply");
         s.apply(p, now);
@@ -703,10 +661,7 @@ mod tests {
         s.place(k("a"), meta(5), Some(rec), now, false);
         assert!(s.pop_due(retry.minus(Duration::from_millis(1))).is_none());
         let d = s.pop_due(retry).expect("probe at retryAt");
-        assert_eq!(
-            d.breaker,
-            Some((BreakerState::Open, BreakerState::HalfOpen))
-        );
+        assert_eq!(d.breaker, Some((BreakerState::Open, BreakerState::HalfOpen)));
     }
 
     #[test]
@@ -734,10 +689,7 @@ mod tests {
         fast.adaptive.base_interval = Duration::from_secs(10);
         let at = t;
         s.set_settings(fast, at, &mut rng);
-        let last = s
-            .get(&k("a"))
-            .and_then(|t| t.rec.last_attempt)
-            .unwrap_or_default();
+        let last = s.get(&k("a")).and_then(|t| t.rec.last_attempt).unwrap_or_default();
         let next = s.next_wakeup().unwrap_or_default();
         assert!(
             next <= last.plus(Duration::from_millis(10_500)),
@@ -747,10 +699,7 @@ mod tests {
         let mut off = MonitoringSettings::default();
         off.adaptive.enabled = false;
         s.set_settings(off, at, &mut rng);
-        assert_eq!(
-            s.next_wakeup(),
-            Some(last.plus(Duration::from_secs(1)).max(at))
-        );
+        assert_eq!(s.next_wakeup(), Some(last.plus(Duration::from_secs(1)).max(at)));
     }
 
     #[test]

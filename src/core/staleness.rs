@@ -43,22 +43,13 @@ mod tests {
         let t0 = Timestamp(1_000_000);
         assert_eq!(score(Some(t0), t0, MAX), 0.0);
         assert!((score(Some(t0), t0.plus(Duration::from_secs(150)), MAX) - 0.5).abs() < 1e-9);
-        assert_eq!(
-            score(Some(t0), t0.plus(Duration::from_secs(3000)), MAX),
-            1.0
-        );
+        assert_eq!(score(Some(t0), t0.plus(Duration::from_secs(3000)), MAX), 1.0);
     }
 
     #[test]
     fn stale_cutoff_follows_a_stretched_interval() {
-        assert_eq!(
-            stale_after(Duration::from_secs(10)),
-            Duration::from_secs(120)
-        );
-        assert_eq!(
-            stale_after(Duration::from_secs(600)),
-            Duration::from_secs(1800)
-        );
+        assert_eq!(stale_after(Duration::from_secs(10)), Duration::from_secs(120));
+        assert_eq!(stale_after(Duration::from_secs(600)), Duration::from_secs(1800));
         let t0 = Timestamp(0);
         // A 10-minute interval is not stale after 20 minutes …
         assert!(!is_stale(

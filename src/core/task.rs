@@ -12,8 +12,8 @@
 
 use super::{backoff, interval};
 use crate::model::{
-    AdaptiveSettings, BreakerState, DeadLetterReason, DeadLetterRecord, ErrorCategory,
-    FailureSettings, PollError, TaskRecord, Timestamp,
+    AdaptiveSettings, BreakerState, DeadLetterReason, DeadLetterRecord, ErrorCategory, FailureSettings, PollError,
+    TaskRecord, Timestamp,
 };
 use rand::Rng;
 use std::sync::Arc;
@@ -67,14 +67,47 @@ pub fn current_interval(rec: &TaskRecord, meta: &TaskMeta, s: &AdaptiveSettings)
     }
 }
 
+/// The breaker state to report at `now`: an open breaker whose retry window
+/// has elapsed is half-open (its probe is due), except in the dead-letter
+/// queue, where the breaker stays open until the recheck succeeds.
+pub fn breaker_at(rec: &TaskRecord, now: Timestamp) -> BreakerState {
+    if rec.breaker == BreakerState::Open && rec.dead_letter.is_none() && rec.retry_at.is_some_and(|t| t <= now) {
+        BreakerState::HalfOpen
+    } else {
+        rec.breaker
+    }
+}
+
+/// Operator retry of a dead-lettered task: one probe, due `now`. The task
+/// leaves the queue only if that probe succeeds. Returns false if the task
+/// is not dead-lettered.
+pub fn retry_now(rec: &mut TaskRecord, now: Timestamp) -> bool {
+    let Some(dl) = rec.dead_letter.as_mut() else {
+        return false;
+    };
+    dl.next_recheck = now;
+    rec.retry_at = Some(now);
+    rec.next_run = now;
+    true
+}
+
+/// Operator discard of a dead-lettered task: out of the queue, and disabled
+/// until enabled again. Returns false if the task is not dead-lettered.
+pub fn discard(rec: &mut TaskRecord) -> bool {
+    if rec.dead_letter.take().is_none() {
+        return false;
+    }
+    rec.disabled = true;
+    rec.breaker = BreakerState::Closed;
+    rec.retry_at = None;
+    true
+}
+
 /// The task is being dispatched at `now`: an open breaker whose window has
 /// elapsed lets this one probe through as `half_open`.
 pub fn on_dispatch(rec: &mut TaskRecord, now: Timestamp) -> Option<(BreakerState, BreakerState)> {
     rec.last_attempt = Some(now);
-    if rec.breaker == BreakerState::Open
-        && rec.dead_letter.is_none()
-        && rec.retry_at.is_none_or(|t| t <= now)
-    {
+    if rec.breaker == BreakerState::Open && rec.dead_letter.is_none() && rec.retry_at.is_none_or(|t| t <= now) {
         rec.breaker = BreakerState::HalfOpen;
         return Some((BreakerState::Open, BreakerState::HalfOpen));
     }
@@ -225,11 +258,7 @@ mod tests {
         PollError::new(ErrorCategory::Transient, ErrorKind::Timeout, "timed out")
     }
     fn permanent() -> PollError {
-        let mut e = PollError::new(
-            ErrorCategory::Permanent,
-            ErrorKind::Http,
-            "HTTP 401 Unauthorized",
-        );
+        let mut e = PollError::new(ErrorCategory::Permanent, ErrorKind::Http, "HTTP 401 Unauthorized");
         e.status = Some(401);
         e
     }
@@ -281,10 +310,7 @@ mod tests {
         let t = on_failure(&mut r, &transient(), now, &s, &mut rng);
         assert_eq!(r.breaker, BreakerState::Open);
         assert_eq!(r.retry_at, Some(now.plus(Duration::from_secs(40))));
-        assert_eq!(
-            t.breaker,
-            Some((BreakerState::HalfOpen, BreakerState::Open))
-        );
+        assert_eq!(t.breaker, Some((BreakerState::HalfOpen, BreakerState::Open)));
 
         // failure 5 → dead-letter, recheck 30 min, breaker open with retryAt = recheck
         now = r.retry_at.unwrap_or_default();
@@ -296,10 +322,7 @@ mod tests {
             Some(DeadLetterMove::Entered(DeadLetterReason::MaxRetryAttempts))
         );
         assert!(t.must_commit());
-        assert_eq!(
-            r.dead_letter.as_ref().map(|d| d.next_recheck),
-            Some(recheck)
-        );
+        assert_eq!(r.dead_letter.as_ref().map(|d| d.next_recheck), Some(recheck));
         assert_eq!(
             (r.breaker, r.retry_at, r.next_run),
             (BreakerState::Open, Some(recheck), recheck)
@@ -321,15 +344,7 @@ mod tests {
         // a successful recheck leaves the queue and closes the breaker
         now = r.next_run;
         on_dispatch(&mut r, now);
-        let t = on_success(
-            &mut r,
-            &meta(),
-            7,
-            now,
-            now,
-            &AdaptiveSettings::default(),
-            &mut rng,
-        );
+        let t = on_success(&mut r, &meta(), 7, now, now, &AdaptiveSettings::default(), &mut rng);
         assert_eq!(t.dead_letter, Some(DeadLetterMove::Left));
         assert_eq!(t.breaker, Some((BreakerState::Open, BreakerState::Closed)));
         assert_eq!(
@@ -404,15 +419,7 @@ mod tests {
         let mut r = TaskRecord::default();
         let due = Timestamp(100 * SEC);
         // the poll took 3 s
-        on_success(
-            &mut r,
-            &meta(),
-            1,
-            due,
-            due.plus(Duration::from_secs(3)),
-            &s,
-            &mut rng,
-        );
+        on_success(&mut r, &meta(), 1, due, due.plus(Duration::from_secs(3)), &s, &mut rng);
         assert_eq!(r.next_run, due.plus(Duration::from_secs(5)));
         // but a poll that overran its whole interval is not scheduled in the past
         let late = due.plus(Duration::from_secs(60));
@@ -446,26 +453,10 @@ mod tests {
         assert_eq!(r.breaker, BreakerState::Open);
         let at = r.retry_at.unwrap_or_default();
         on_dispatch(&mut r, at);
-        let t = on_success(
-            &mut r,
-            &meta(),
-            9,
-            now,
-            now,
-            &AdaptiveSettings::default(),
-            &mut rng,
-        );
+        let t = on_success(&mut r, &meta(), 9, now, now, &AdaptiveSettings::default(), &mut rng);
+        assert_eq!(t.breaker, Some((BreakerState::HalfOpen, BreakerState::Closed)));
         assert_eq!(
-            t.breaker,
-            Some((BreakerState::HalfOpen, BreakerState::Closed))
-        );
-        assert_eq!(
-            (
-                r.failures,
-                r.backoff_delay_ms,
-                r.retry_at,
-                r.last_error.is_none()
-            ),
+            (r.failures, r.backoff_delay_ms, r.retry_at, r.last_error.is_none()),
             (0, 0, None, true)
         );
     }

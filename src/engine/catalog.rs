@@ -59,9 +59,7 @@ impl Catalog {
             let type_name: Arc<str> = Arc::from(ty.name.as_str());
             let instance: Arc<str> = Arc::from(e.config.name.as_str());
             for g in &ty.groups {
-                let pin = s
-                    .group_interval_overrides
-                    .get(&format!("{}/{}", ty.name, g.name));
+                let pin = s.group_interval_overrides.get(&format!("{}/{}", ty.name, g.name));
                 out.push((
                     TaskKey {
                         instance: instance.clone(),
@@ -99,11 +97,7 @@ impl Catalog {
         if let Some(b) = &i.budget
             && !self.budgets.iter().any(|p| &p.name == b)
         {
-            return Err(crate::model::FieldError::new(
-                "budget",
-                b,
-                "unknown budget pool",
-            ));
+            return Err(crate::model::FieldError::new("budget", b, "unknown budget pool"));
         }
         Ok(())
     }

@@ -18,8 +18,7 @@ use crate::core::scheduler::{OpError, Planned};
 use crate::core::task::{DeadLetterMove, Transition};
 use crate::metrics::Metrics;
 use crate::model::{
-    BreakerState, ErrorCategory, ErrorKind, MonitoringSettings, PollError, PollResult, TaskKey,
-    TaskRecord, Timestamp,
+    BreakerState, ErrorCategory, ErrorKind, MonitoringSettings, PollError, PollResult, TaskKey, TaskRecord, Timestamp,
 };
 use crate::poll::Poller;
 use crate::store::Store;
@@ -54,6 +53,10 @@ pub struct Shared {
     catalog: RwLock<Arc<Catalog>>,
     pub settings: Mutex<SettingsLayers>,
     write_lock: tokio::sync::Mutex<()>,
+    /// Serialises instance changes (check-then-insert).
+    pub catalog_edit: tokio::sync::Mutex<()>,
+    /// Serialises settings changes (validate-then-save).
+    pub settings_edit: tokio::sync::Mutex<()>,
     wake: Notify,
     idle: Notify,
     ready: AtomicBool,
@@ -61,7 +64,7 @@ pub struct Shared {
     stopping: AtomicBool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves valid data (every mutation is
     // a few assignments); keep serving rather than cascading the panic.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -85,6 +88,8 @@ impl Shared {
             catalog: RwLock::new(Arc::new(catalog)),
             settings: Mutex::new(layers),
             write_lock: tokio::sync::Mutex::new(()),
+            catalog_edit: tokio::sync::Mutex::new(()),
+            settings_edit: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
             idle: Notify::new(),
             ready: AtomicBool::new(false),
@@ -98,10 +103,7 @@ impl Shared {
     }
 
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.catalog.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn monitoring(&self) -> MonitoringSettings {
@@ -141,10 +143,7 @@ impl Shared {
     }
 
     /// Write task rows; the only path by which task state reaches the store.
-    async fn write_tasks(
-        &self,
-        batch: Vec<(TaskKey, Option<TaskRecord>)>,
-    ) -> Result<(), EngineError> {
+    async fn write_tasks(&self, batch: Vec<(TaskKey, Option<TaskRecord>)>) -> Result<(), EngineError> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -160,8 +159,7 @@ impl Shared {
         let _w = self.write_lock.lock().await;
         let (recs, deleted) = self.sched().take_dirty();
         let n = recs.len() + deleted.len();
-        let mut batch: Vec<(TaskKey, Option<TaskRecord>)> =
-            recs.into_iter().map(|(k, r)| (k, Some(r))).collect();
+        let mut batch: Vec<(TaskKey, Option<TaskRecord>)> = recs.into_iter().map(|(k, r)| (k, Some(r))).collect();
         batch.extend(deleted.into_iter().map(|k| (k, None)));
         if let Err(e) = self.write_tasks(batch.clone()).await {
             // Put them back so the next flush tries again.
@@ -184,32 +182,21 @@ impl Shared {
             let mut s = self.sched();
             action(&mut s, now)?
         };
-        self.write_tasks(vec![(key.clone(), Some(rec.clone()))])
-            .await?;
+        self.write_tasks(vec![(key.clone(), Some(rec.clone()))]).await?;
         self.poke();
         Ok(rec)
     }
 
     /// Bring the scheduler's task set in line with the catalog.
-    pub fn reconcile(
-        &self,
-        now: Timestamp,
-        stored: &mut HashMap<TaskKey, TaskRecord>,
-        cold_start: bool,
-    ) {
+    pub fn reconcile(&self, now: Timestamp, stored: &mut HashMap<TaskKey, TaskRecord>, cold_start: bool) {
         let cat = self.catalog();
         let mut s = self.sched();
         let desired = cat.tasks(&s.settings().scheduler);
         let keep: std::collections::HashSet<&TaskKey> = desired.iter().map(|(k, _)| k).collect();
-        let gone: Vec<TaskKey> = s
-            .tasks()
-            .map(|t| t.key.clone())
-            .filter(|k| !keep.contains(k))
-            .collect();
+        let gone: Vec<TaskKey> = s.tasks().map(|t| t.key.clone()).filter(|k| !keep.contains(k)).collect();
         for k in gone {
             if let Some(t) = s.get(&k) {
-                self.metrics
-                    .forget_task(&t.meta.type_name, &k.instance, &k.group);
+                self.metrics.forget_task(&t.meta.type_name, &k.instance, &k.group);
             }
             s.remove(&k);
         }
@@ -371,10 +358,7 @@ fn deadline_error(timeout: Duration) -> PollError {
     PollError::new(
         ErrorCategory::Transient,
         ErrorKind::Timeout,
-        format!(
-            "no response within {}",
-            crate::model::duration_str::format(timeout)
-        ),
+        format!("no response within {}", crate::model::duration_str::format(timeout)),
     )
 }
 
@@ -404,9 +388,7 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     };
     let elapsed = started.elapsed();
     let now = Timestamp::now();
-    let planned = shared
-        .sched()
-        .plan_completion(&key, &result, now, &mut rand::rng());
+    let planned = shared.sched().plan_completion(&key, &result, now, &mut rand::rng());
     if let Some(p) = planned {
         let transition = p.transition.clone();
         let meta = p.meta.clone();

@@ -63,9 +63,11 @@ impl SettingsLayers {
     }
 
     fn resolve_with(&self, saved: &Value) -> Result<MonitoringSettings, Vec<FieldError>> {
-        let mut doc = serde_json::to_value(&self.file)
-            .map_err(|e| vec![FieldError::new("settings", "", e.to_string())])?;
-        merge(&mut doc, saved);
+        let mut doc =
+            serde_json::to_value(&self.file).map_err(|e| vec![FieldError::new("settings", "", e.to_string())])?;
+        if saved.is_object() {
+            merge(&mut doc, saved);
+        }
         let mut s = from_json(doc).map_err(|e| vec![e])?;
         self.env.apply(&mut s);
         s.validate()?;
@@ -117,11 +119,7 @@ fn from_json(doc: Value) -> Result<MonitoringSettings, FieldError> {
     serde_path_to_error::deserialize(doc).map_err(|e| {
         let field = e.path().to_string();
         FieldError::new(
-            if field == "." {
-                "settings".to_string()
-            } else {
-                field
-            },
+            if field == "." { "settings".to_string() } else { field },
             "",
             e.inner().to_string(),
         )
@@ -144,9 +142,7 @@ mod tests {
     #[test]
     fn a_partial_patch_changes_only_what_it_names() {
         let l = layers();
-        let (saved, s) = l
-            .propose(&json!({"adaptive": {"enabled": false}}))
-            .expect("valid");
+        let (saved, s) = l.propose(&json!({"adaptive": {"enabled": false}})).expect("valid");
         assert!(!s.adaptive.enabled);
         assert_eq!(s.scheduler, MonitoringSettings::default().scheduler);
         assert_eq!(saved, json!({"adaptive": {"enabled": false}}));

@@ -75,11 +75,7 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
         return Some(Duration::from_secs(secs).min(RETRY_AFTER_CAP));
     }
     let at = httpdate::parse_http_date(value).ok()?;
-    Some(
-        at.duration_since(now)
-            .unwrap_or(Duration::ZERO)
-            .min(RETRY_AFTER_CAP),
-    )
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO).min(RETRY_AFTER_CAP))
 }
 
 /// Classify a reqwest error by walking its source chain.
@@ -104,33 +100,15 @@ pub fn classify_transport(err: &reqwest::Error) -> PollError {
             use std::io::ErrorKind as Io;
             match io.kind() {
                 Io::ConnectionRefused => {
-                    return PollError::new(
-                        Transient,
-                        ErrorKind::Connect,
-                        with_host("connection refused", &host),
-                    );
+                    return PollError::new(Transient, ErrorKind::Connect, with_host("connection refused", &host));
                 }
-                Io::ConnectionReset
-                | Io::ConnectionAborted
-                | Io::BrokenPipe
-                | Io::UnexpectedEof => {
-                    return PollError::new(
-                        Transient,
-                        ErrorKind::Connect,
-                        with_host("connection reset", &host),
-                    );
+                Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe | Io::UnexpectedEof => {
+                    return PollError::new(Transient, ErrorKind::Connect, with_host("connection reset", &host));
                 }
                 Io::TimedOut => {
-                    return PollError::new(
-                        Transient,
-                        ErrorKind::Timeout,
-                        with_host("timed out", &host),
-                    );
+                    return PollError::new(Transient, ErrorKind::Timeout, with_host("timed out", &host));
                 }
-                Io::NotConnected
-                | Io::AddrNotAvailable
-                | Io::NetworkUnreachable
-                | Io::HostUnreachable => {
+                Io::NotConnected | Io::AddrNotAvailable | Io::NetworkUnreachable | Io::HostUnreachable => {
                     return PollError::new(
                         Transient,
                         ErrorKind::Connect,
@@ -153,11 +131,7 @@ pub fn classify_transport(err: &reqwest::Error) -> PollError {
     if err.is_timeout() {
         PollError::new(Transient, ErrorKind::Timeout, with_host("timed out", &host))
     } else if err.is_builder() {
-        PollError::new(
-            Permanent,
-            ErrorKind::InvalidUrl,
-            format!("invalid request: {detail}"),
-        )
+        PollError::new(Permanent, ErrorKind::InvalidUrl, format!("invalid request: {detail}"))
     } else if err.is_connect() {
         PollError::new(
             Transient,
@@ -171,18 +145,10 @@ pub fn classify_transport(err: &reqwest::Error) -> PollError {
             format!("reading the response failed: {detail}"),
         )
     } else if err.is_redirect() {
-        PollError::new(
-            Permanent,
-            ErrorKind::Http,
-            format!("redirect not followed: {detail}"),
-        )
+        PollError::new(Permanent, ErrorKind::Http, format!("redirect not followed: {detail}"))
     } else {
         // Typically the connection closed before a complete response.
-        PollError::new(
-            Transient,
-            ErrorKind::Connect,
-            format!("request failed: {detail}"),
-        )
+        PollError::new(Transient, ErrorKind::Connect, format!("request failed: {detail}"))
     }
 }
 
@@ -190,11 +156,7 @@ fn tls_error(err: &rustls::Error) -> PollError {
     if let rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) = err
         && let Some(mismatch) = other.0.downcast_ref::<FingerprintMismatch>()
     {
-        return PollError::new(
-            ErrorCategory::Permanent,
-            ErrorKind::Tls,
-            mismatch.to_string(),
-        );
+        return PollError::new(ErrorCategory::Permanent, ErrorKind::Tls, mismatch.to_string());
     }
     let what = match err {
         rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
@@ -292,34 +254,19 @@ mod tests {
     #[test]
     fn transient_statuses() {
         for s in [500, 502, 503, 504, 599, 408] {
-            assert_eq!(
-                classify_status(s),
-                Some((Transient, ErrorKind::Http)),
-                "status {s}"
-            );
+            assert_eq!(classify_status(s), Some((Transient, ErrorKind::Http)), "status {s}");
         }
-        assert_eq!(
-            classify_status(429),
-            Some((Transient, ErrorKind::RateLimited))
-        );
+        assert_eq!(classify_status(429), Some((Transient, ErrorKind::RateLimited)));
     }
 
     #[test]
     fn permanent_statuses() {
         for s in [400, 401, 403, 404, 405, 410, 418, 422, 451, 499] {
-            assert_eq!(
-                classify_status(s),
-                Some((Permanent, ErrorKind::Http)),
-                "status {s}"
-            );
+            assert_eq!(classify_status(s), Some((Permanent, ErrorKind::Http)), "status {s}");
         }
         // Informational and redirects (never followed).
         for s in [100, 101, 300, 301, 302, 303, 304, 307, 308] {
-            assert_eq!(
-                classify_status(s),
-                Some((Permanent, ErrorKind::Http)),
-                "status {s}"
-            );
+            assert_eq!(classify_status(s), Some((Permanent, ErrorKind::Http)), "status {s}");
         }
         // Out of range: never success.
         assert_eq!(classify_status(0), Some((Permanent, ErrorKind::Http)));
@@ -345,10 +292,7 @@ mod tests {
         assert_eq!(parse_retry_after("60", now), Some(Duration::from_secs(60)));
         assert_eq!(parse_retry_after("61", now), Some(RETRY_AFTER_CAP));
         assert_eq!(parse_retry_after("3600", now), Some(RETRY_AFTER_CAP));
-        assert_eq!(
-            parse_retry_after("99999999999999999999999", now),
-            Some(RETRY_AFTER_CAP)
-        );
+        assert_eq!(parse_retry_after("99999999999999999999999", now), Some(RETRY_AFTER_CAP));
     }
 
     #[test]
@@ -373,15 +317,7 @@ mod tests {
     #[test]
     fn retry_after_garbage() {
         let now = SystemTime::now();
-        for v in [
-            "",
-            "  ",
-            "soon",
-            "-5",
-            "1.5",
-            "7s",
-            "Sun, 32 Nov 1994 08:49:37 GMT",
-        ] {
+        for v in ["", "  ", "soon", "-5", "1.5", "7s", "Sun, 32 Nov 1994 08:49:37 GMT"] {
             assert_eq!(parse_retry_after(v, now), None, "value {v:?}");
         }
     }
@@ -397,9 +333,7 @@ mod tests {
 
     #[test]
     fn dns_detection() {
-        assert!(looks_like_dns(
-            "dns error: failed to lookup address information"
-        ));
+        assert!(looks_like_dns("dns error: failed to lookup address information"));
         assert!(looks_like_dns("could not resolve host"));
         assert!(!looks_like_dns("connection refused"));
     }

@@ -22,12 +22,9 @@ pub mod tls;
 mod tests;
 
 use crate::model::{
-    Auth, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
-    parse_fingerprint,
+    Auth, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess, parse_fingerprint,
 };
-use reqwest::header::{
-    ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER,
-};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -85,10 +82,7 @@ impl Poller {
             Err(_) => Err(PollError::new(
                 ErrorCategory::Transient,
                 ErrorKind::Timeout,
-                format!(
-                    "timed out after {}",
-                    crate::model::duration_str::format(timeout)
-                ),
+                format!("timed out after {}", crate::model::duration_str::format(timeout)),
             )),
         }
     }
@@ -188,8 +182,7 @@ pub fn join_url(base: &str, path: &str) -> Result<reqwest::Url, PollError> {
             classify::one_line(&why),
         )
     };
-    let mut url = reqwest::Url::parse(base.trim())
-        .map_err(|e| invalid(format!("invalid url {base:?}: {e}")))?;
+    let mut url = reqwest::Url::parse(base.trim()).map_err(|e| invalid(format!("invalid url {base:?}: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(invalid(format!(
             "invalid url {base:?}: must be http:// or https:// with a host"
@@ -239,10 +232,7 @@ fn request_headers(auth: &Auth) -> Result<HeaderMap, PollError> {
     match auth {
         Auth::None | Auth::Basic { .. } => {}
         Auth::Bearer { token } => {
-            headers.insert(
-                AUTHORIZATION,
-                secret(format!("Bearer {token}"), "the bearer token")?,
-            );
+            headers.insert(AUTHORIZATION, secret(format!("Bearer {token}"), "the bearer token")?);
         }
         Auth::Header { name, value } => {
             let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
@@ -261,10 +251,7 @@ fn request_headers(auth: &Auth) -> Result<HeaderMap, PollError> {
         } => {
             headers.insert(
                 AUTHORIZATION,
-                secret(
-                    format!("PVEAPIToken={user}!{token_id}={token_secret}"),
-                    "the API token",
-                )?,
+                secret(format!("PVEAPIToken={user}!{token_id}={token_secret}"), "the API token")?,
             );
         }
     }
@@ -272,18 +259,11 @@ fn request_headers(auth: &Auth) -> Result<HeaderMap, PollError> {
 }
 
 /// A classified error for a non-2xx response. The body is not read.
-fn status_error(
-    response: &reqwest::Response,
-    category: ErrorCategory,
-    kind: ErrorKind,
-) -> PollError {
+fn status_error(response: &reqwest::Response, category: ErrorCategory, kind: ErrorKind) -> PollError {
     let status = response.status().as_u16();
     let mut message = classify::status_message(status);
     if (300..400).contains(&status)
-        && let Some(location) = response
-            .headers()
-            .get(LOCATION)
-            .and_then(|v| v.to_str().ok())
+        && let Some(location) = response.headers().get(LOCATION).and_then(|v| v.to_str().ok())
     {
         message = classify::one_line(&format!("{message}, Location: {location}"));
     }

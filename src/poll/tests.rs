@@ -42,10 +42,7 @@ impl Server {
 }
 
 fn response(status_line: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status_line}\r\nContent-Length: {}\r\n",
-        body.len()
-    );
+    let mut out = format!("HTTP/1.1 {status_line}\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         out.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -112,11 +109,7 @@ async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<String> {
     Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
-async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
-    behaviour: Behaviour,
-    reqs: Arc<Mutex<Vec<String>>>,
-) {
+async fn handle<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, behaviour: Behaviour, reqs: Arc<Mutex<Vec<String>>>) {
     loop {
         let Some(head) = read_head(&mut stream).await else {
             return;
@@ -184,10 +177,7 @@ fn group(path: &str) -> GroupDef {
 }
 
 async fn poll_url(url: String) -> PollResult {
-    Poller::new()
-        .unwrap()
-        .poll(&instance(url), &group(""))
-        .await
+    Poller::new().unwrap().poll(&instance(url), &group("")).await
 }
 
 fn sha_prefix(body: &[u8]) -> u64 {
@@ -245,20 +235,13 @@ fn join_url_single_slash() {
         ("http://h:8080/x//", "//y", "http://h:8080/x/y"),
     ];
     for (base, path, want) in cases {
-        assert_eq!(
-            join_url(base, path).unwrap().as_str(),
-            want,
-            "{base} + {path}"
-        );
+        assert_eq!(join_url(base, path).unwrap().as_str(), want, "{base} + {path}");
     }
 }
 
 #[test]
 fn join_url_empty_path_is_base() {
-    assert_eq!(
-        join_url("https://pve:8006/", "").unwrap().as_str(),
-        "https://pve:8006/"
-    );
+    assert_eq!(join_url("https://pve:8006/", "").unwrap().as_str(), "https://pve:8006/");
     assert_eq!(
         join_url("http://h/status?x=1", "").unwrap().as_str(),
         "http://h/status?x=1"
@@ -267,20 +250,9 @@ fn join_url_empty_path_is_base() {
 
 #[test]
 fn join_url_invalid() {
-    for base in [
-        "",
-        "not a url",
-        "pve:8006",
-        "ftp://h/",
-        "file:///etc/passwd",
-        "http://",
-    ] {
+    for base in ["", "not a url", "pve:8006", "ftp://h/", "file:///etc/passwd", "http://"] {
         let e = join_url(base, "/x").unwrap_err();
-        assert_eq!(
-            (e.category, e.kind),
-            (Permanent, ErrorKind::InvalidUrl),
-            "{base:?}"
-        );
+        assert_eq!((e.category, e.kind), (Permanent, ErrorKind::InvalidUrl), "{base:?}");
     }
 }
 
@@ -299,18 +271,9 @@ async fn success_digest_and_size() {
     let b = serve(respond(response("200 OK", &[], body_b))).await;
     let poller = Poller::new().unwrap();
 
-    let first = poller
-        .poll(&instance(a.url("http")), &group("/api"))
-        .await
-        .unwrap();
-    let second = poller
-        .poll(&instance(a.url("http")), &group("/api"))
-        .await
-        .unwrap();
-    let other = poller
-        .poll(&instance(b.url("http")), &group("/api"))
-        .await
-        .unwrap();
+    let first = poller.poll(&instance(a.url("http")), &group("/api")).await.unwrap();
+    let second = poller.poll(&instance(a.url("http")), &group("/api")).await.unwrap();
+    let other = poller.poll(&instance(b.url("http")), &group("/api")).await.unwrap();
 
     assert_eq!(first.status, 200);
     assert_eq!(first.body_bytes, body_a.len() as u64);
@@ -353,10 +316,7 @@ async fn keep_alive_connection_is_reused() {
     .await;
     let poller = Poller::new().unwrap();
     for _ in 0..3 {
-        poller
-            .poll(&instance(s.url("http")), &group("/a"))
-            .await
-            .unwrap();
+        poller.poll(&instance(s.url("http")), &group("/a")).await.unwrap();
     }
     assert_eq!(s.requests().len(), 3);
     assert_eq!(s.connections.load(Ordering::SeqCst), 1);
@@ -407,17 +367,8 @@ async fn status_408_is_transient() {
 
 #[tokio::test]
 async fn status_429_retry_after_seconds() {
-    let s = serve(respond(response(
-        "429 Too Many Requests",
-        &[("Retry-After", "7")],
-        b"",
-    )))
-    .await;
-    let e = assert_err(
-        &poll_url(s.url("http")).await,
-        Transient,
-        ErrorKind::RateLimited,
-    );
+    let s = serve(respond(response("429 Too Many Requests", &[("Retry-After", "7")], b""))).await;
+    let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::RateLimited);
     assert_eq!(e.status, Some(429));
     assert_eq!(e.retry_after, Some(Duration::from_secs(7)));
     assert!(e.is_rate_limited());
@@ -426,17 +377,8 @@ async fn status_429_retry_after_seconds() {
 #[tokio::test]
 async fn status_429_retry_after_http_date() {
     let at = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(30));
-    let s = serve(respond(response(
-        "429 Too Many Requests",
-        &[("Retry-After", &at)],
-        b"",
-    )))
-    .await;
-    let e = assert_err(
-        &poll_url(s.url("http")).await,
-        Transient,
-        ErrorKind::RateLimited,
-    );
+    let s = serve(respond(response("429 Too Many Requests", &[("Retry-After", &at)], b""))).await;
+    let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::RateLimited);
     let wait = e.retry_after.expect("retry_after parsed from the date");
     assert!(
         wait >= Duration::from_secs(20) && wait <= Duration::from_secs(30),
@@ -445,26 +387,13 @@ async fn status_429_retry_after_http_date() {
 
     // Far future: capped at 60 s.
     let at = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(3600));
-    let s = serve(respond(response(
-        "429 Too Many Requests",
-        &[("Retry-After", &at)],
-        b"",
-    )))
-    .await;
-    let e = assert_err(
-        &poll_url(s.url("http")).await,
-        Transient,
-        ErrorKind::RateLimited,
-    );
+    let s = serve(respond(response("429 Too Many Requests", &[("Retry-After", &at)], b""))).await;
+    let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::RateLimited);
     assert_eq!(e.retry_after, Some(Duration::from_secs(60)));
 
     // Without the header: none.
     let s = serve(respond(response("429 Too Many Requests", &[], b""))).await;
-    let e = assert_err(
-        &poll_url(s.url("http")).await,
-        Transient,
-        ErrorKind::RateLimited,
-    );
+    let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::RateLimited);
     assert_eq!(e.retry_after, None);
 }
 
@@ -480,11 +409,7 @@ async fn client_errors_are_permanent() {
         let s = serve(respond(response(line, &[], b"{}"))).await;
         let e = assert_err(&poll_url(s.url("http")).await, Permanent, ErrorKind::Http);
         assert_eq!(e.status, Some(code));
-        assert!(
-            e.message.starts_with(&format!("HTTP {code}")),
-            "{}",
-            e.message
-        );
+        assert!(e.message.starts_with(&format!("HTTP {code}")), "{}", e.message);
         assert_eq!(
             e.message.contains("credentials"),
             matches!(code, 401 | 403),
@@ -499,12 +424,7 @@ async fn client_errors_are_permanent() {
 async fn redirect_is_not_followed() {
     let target = serve(respond(response("200 OK", &[], b"{}"))).await;
     let location = format!("{}elsewhere", target.url("http"));
-    let s = serve(respond(response(
-        "302 Found",
-        &[("Location", &location)],
-        b"",
-    )))
-    .await;
+    let s = serve(respond(response("302 Found", &[("Location", &location)], b""))).await;
     let e = assert_err(&poll_url(s.url("http")).await, Permanent, ErrorKind::Http);
     assert_eq!(e.status, Some(302));
     assert!(e.message.contains(&location), "{}", e.message);
@@ -550,11 +470,7 @@ async fn trickling_body_times_out() {
     let started = Instant::now();
     let result = Poller::new().unwrap().poll(&inst, &group("")).await;
     assert_err(&result, Transient, ErrorKind::Timeout);
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
 
 #[tokio::test]
@@ -569,16 +485,8 @@ async fn body_larger_than_limit_is_permanent() {
     for s in [&with_len, &without_len] {
         let mut inst = instance(s.url("http"));
         inst.max_response_bytes = 1000;
-        let e = assert_err(
-            &poller.poll(&inst, &group("")).await,
-            Permanent,
-            ErrorKind::Body,
-        );
-        assert!(
-            e.message.contains("larger than 1000 bytes"),
-            "{}",
-            e.message
-        );
+        let e = assert_err(&poller.poll(&inst, &group("")).await, Permanent, ErrorKind::Body);
+        assert!(e.message.contains("larger than 1000 bytes"), "{}", e.message);
         // Exactly at the limit is fine.
         inst.max_response_bytes = 2000;
         let ok = poller.poll(&inst, &group("")).await.unwrap();
@@ -593,19 +501,12 @@ async fn unresolvable_host_is_transient() {
     let result = Poller::new().unwrap().poll(&inst, &group("/x")).await;
     let e = result.unwrap_err();
     assert_eq!(e.category, Transient, "{e:?}");
-    assert!(
-        matches!(e.kind, ErrorKind::Dns | ErrorKind::Connect),
-        "{e:?}"
-    );
+    assert!(matches!(e.kind, ErrorKind::Dns | ErrorKind::Connect), "{e:?}");
 }
 
 #[tokio::test]
 async fn invalid_instance_url_is_permanent() {
-    let e = assert_err(
-        &poll_url("not a url".into()).await,
-        Permanent,
-        ErrorKind::InvalidUrl,
-    );
+    let e = assert_err(&poll_url("not a url".into()).await, Permanent, ErrorKind::InvalidUrl);
     assert_eq!(e.status, None);
 }
 
@@ -617,9 +518,7 @@ async fn auth_headers_are_sent() {
     let poller = Poller::new().unwrap();
     let cases: Vec<(Auth, &str, &str)> = vec![
         (
-            Auth::Bearer {
-                token: "tok123".into(),
-            },
+            Auth::Bearer { token: "tok123".into() },
             "authorization",
             "Bearer tok123",
         ),
@@ -657,10 +556,7 @@ async fn auth_headers_are_sent() {
         assert_eq!(header(&reqs[i], name), Some(value), "request: {}", reqs[i]);
     }
     // No auth: no Authorization header.
-    poller
-        .poll(&instance(s.url("http")), &group(""))
-        .await
-        .unwrap();
+    poller.poll(&instance(s.url("http")), &group("")).await.unwrap();
     let reqs = s.requests();
     assert_eq!(header(&reqs[4], "authorization"), None);
 }
@@ -701,10 +597,7 @@ async fn invalid_header_values_are_invalid_credentials() {
             e.message
         );
     }
-    assert!(
-        s.requests().is_empty(),
-        "no request is sent with bad credentials"
-    );
+    assert!(s.requests().is_empty(), "no request is sent with bad credentials");
 }
 
 // ---------------------------------------------------------------- TLS
@@ -715,40 +608,25 @@ struct TlsFixture {
 }
 
 async fn tls_server() -> TlsFixture {
-    let key =
-        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let key = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
     let cert_der = key.cert.der().clone();
     let fingerprint = tls::fingerprint_of(cert_der.as_ref());
-    let key_der =
-        rustls::pki_types::PrivateKeyDer::try_from(key.signing_key.serialize_der()).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(vec![cert_der], key_der)
-    .unwrap();
+    let key_der = rustls::pki_types::PrivateKeyDer::try_from(key.signing_key.serialize_der()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert_der], key_der)
+        .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let server = serve_tls(
-        respond(response("200 OK", &[], br#"{"tls":true}"#)),
-        acceptor,
-    )
-    .await;
-    TlsFixture {
-        server,
-        fingerprint,
-    }
+    let server = serve_tls(respond(response("200 OK", &[], br#"{"tls":true}"#)), acceptor).await;
+    TlsFixture { server, fingerprint }
 }
 
 #[tokio::test]
 async fn tls_self_signed_fails_default_verification() {
     let f = tls_server().await;
-    let e = assert_err(
-        &poll_url(f.server.url("https")).await,
-        Permanent,
-        ErrorKind::Tls,
-    );
+    let e = assert_err(&poll_url(f.server.url("https")).await, Permanent, ErrorKind::Tls);
     assert_eq!(e.status, None);
     assert!(
         f.server.requests().is_empty(),
@@ -763,10 +641,7 @@ async fn tls_pinned_fingerprint_succeeds_and_client_is_cached() {
     let mut inst = instance(f.server.url("https"));
     // Lowercase without colons is accepted too.
     inst.tls_fingerprint = Some(hex::encode(f.fingerprint));
-    let ok = poller
-        .poll(&inst, &group("/api2/json/version"))
-        .await
-        .unwrap();
+    let ok = poller.poll(&inst, &group("/api2/json/version")).await.unwrap();
     assert_eq!(ok.status, 200);
     assert_eq!(ok.digest, sha_prefix(br#"{"tls":true}"#));
     inst.tls_fingerprint = Some(tls::format_fingerprint(&f.fingerprint));
@@ -818,23 +693,13 @@ async fn tls_verify_false_accepts_self_signed() {
 
 #[tokio::test]
 async fn truncated_body_and_empty_reply_are_transient() {
-    let s = serve(respond(
-        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc".to_vec(),
-    ))
-    .await;
+    let s = serve(respond(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc".to_vec())).await;
     let e = poll_url(s.url("http")).await.unwrap_err();
     assert_eq!(e.category, Transient, "{e:?}");
-    assert!(
-        matches!(e.kind, ErrorKind::Body | ErrorKind::Connect),
-        "{e:?}"
-    );
+    assert!(matches!(e.kind, ErrorKind::Body | ErrorKind::Connect), "{e:?}");
 
     // The server closes without answering.
     let s = serve(respond(Vec::new())).await;
-    let e = assert_err(
-        &poll_url(s.url("http")).await,
-        Transient,
-        ErrorKind::Connect,
-    );
+    let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::Connect);
     assert_eq!(e.status, None);
 }

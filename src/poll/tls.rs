@@ -163,10 +163,7 @@ mod tests {
         let der = CertificateDer::from(vec![1u8, 2, 3]);
         let name = ServerName::try_from("example.test").unwrap();
         let good = FingerprintVerifier::new(fingerprint_of(&[1, 2, 3]), &provider);
-        assert!(
-            good.verify_server_cert(&der, &[], &name, &[], UnixTime::now())
-                .is_ok()
-        );
+        assert!(good.verify_server_cert(&der, &[], &name, &[], UnixTime::now()).is_ok());
         let bad = FingerprintVerifier::new([0; 32], &provider);
         let err = bad
             .verify_server_cert(&der, &[], &name, &[], UnixTime::now())

@@ -50,12 +50,8 @@ fn copy_snapshot(snapshot: &redb::ReadTransaction, path: &Path) -> Result<(), St
     let copy = create_database(path)?;
     let txn = begin_durable_write(&copy)?;
     for table in ALL {
-        let src = snapshot
-            .open_table(table.def)
-            .ctx("opening a table to back up")?;
-        let mut dst = txn
-            .open_table(table.def)
-            .ctx("creating a table in the backup")?;
+        let src = snapshot.open_table(table.def).ctx("opening a table to back up")?;
+        let mut dst = txn.open_table(table.def).ctx("creating a table in the backup")?;
         for entry in src.iter().ctx("reading a table to back up")? {
             let (k, v) = entry.ctx("reading a table to back up")?;
             dst.insert(k.value(), v.value()).ctx("writing the backup")?;

@@ -26,11 +26,7 @@ pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<
 }
 
 /// Decodes bytes written by [`encode`] (or by an older format, once there is one).
-pub(crate) fn decode<T: DeserializeOwned>(
-    table: &'static str,
-    key: &[u8],
-    bytes: &[u8],
-) -> Result<T, StoreError> {
+pub(crate) fn decode<T: DeserializeOwned>(table: &'static str, key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt {
         table,
         key: display_key(key),

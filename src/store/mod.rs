@@ -33,6 +33,7 @@ mod records;
 mod schema;
 mod tables;
 mod tokens;
+mod users;
 
 #[cfg(test)]
 mod tests;
@@ -42,13 +43,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use redb::{
-    Builder, Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, StorageError,
-    WriteTransaction,
+    Builder, Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, StorageError, WriteTransaction,
 };
 
 pub use records::LoadedTasks;
 pub use schema::SCHEMA_VERSION;
 pub use tokens::{TOKEN_PREFIX, TokenInfo};
+pub use users::UserRecord;
 
 /// Name of the database file inside the data directory.
 pub const FILE_NAME: &str = "pollster.redb";
@@ -74,11 +75,7 @@ pub enum StoreError {
          restore a backup taken with this one. The file was not modified.",
         path.display()
     )]
-    NewerSchema {
-        path: PathBuf,
-        found: u32,
-        supported: u32,
-    },
+    NewerSchema { path: PathBuf, found: u32, supported: u32 },
 
     #[error("corrupt record in table `{table}` at key \"{key}\": {reason}")]
     Corrupt {
@@ -143,11 +140,9 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 fn open_error(path: &Path, err: DatabaseError) -> StoreError {
     match err {
         // LockProtocolMismatch: held by a process running another redb version.
-        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
-            StoreError::Locked {
-                path: path.to_path_buf(),
-            }
-        }
+        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => StoreError::Locked {
+            path: path.to_path_buf(),
+        },
         DatabaseError::Storage(StorageError::Io(source)) => StoreError::Io {
             path: path.to_path_buf(),
             source,

@@ -23,8 +23,7 @@ impl Store {
         for entry in table.iter().ctx("reading table tasks")? {
             let (k, v) = entry.ctx("reading table tasks")?;
             let (k, v) = (k.value(), v.value());
-            let decoded = tables::parse_task_key(k)
-                .and_then(|key| Ok((key, codec::decode(TASKS.name, k, v)?)));
+            let decoded = tables::parse_task_key(k).and_then(|key| Ok((key, codec::decode(TASKS.name, k, v)?)));
             match decoded {
                 Ok(pair) => tasks.push(pair),
                 Err(e) => bad.push(e),
@@ -45,9 +44,7 @@ impl Store {
                 match record {
                     Some(record) => {
                         let v = codec::encode("task record", record)?;
-                        table
-                            .insert(k.as_slice(), v.as_slice())
-                            .ctx("writing a task")?;
+                        table.insert(k.as_slice(), v.as_slice()).ctx("writing a task")?;
                     }
                     None => {
                         table.remove(k.as_slice()).ctx("deleting a task")?;
@@ -63,9 +60,7 @@ impl Store {
     /// [`Store::delete_instance`] still removes such a record.
     pub fn list_instances(&self) -> Result<Vec<InstanceConfig>, StoreError> {
         let txn = self.read_txn()?;
-        let table = txn
-            .open_table(INSTANCES.def)
-            .ctx("opening table instances")?;
+        let table = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
         let mut out = Vec::new();
         for entry in table.iter().ctx("reading table instances")? {
             let (k, v) = entry.ctx("reading table instances")?;
@@ -76,13 +71,9 @@ impl Store {
 
     pub fn get_instance(&self, name: &str) -> Result<Option<InstanceConfig>, StoreError> {
         let txn = self.read_txn()?;
-        let table = txn
-            .open_table(INSTANCES.def)
-            .ctx("opening table instances")?;
+        let table = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
         let guard = table.get(name.as_bytes()).ctx("reading an instance")?;
-        guard
-            .map(|v| decode_instance(name.as_bytes(), v.value()))
-            .transpose()
+        guard.map(|v| decode_instance(name.as_bytes(), v.value())).transpose()
     }
 
     /// Creates or replaces the instance named `inst.name`.
@@ -91,9 +82,7 @@ impl Store {
         let v = codec::encode("instance", inst)?;
         let txn = self.write_txn()?;
         {
-            let mut table = txn
-                .open_table(INSTANCES.def)
-                .ctx("opening table instances")?;
+            let mut table = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
             table
                 .insert(inst.name.as_bytes(), v.as_slice())
                 .ctx("writing an instance")?;
@@ -107,13 +96,8 @@ impl Store {
         let (lo, hi) = tables::instance_task_range(name)?;
         let txn = self.write_txn()?;
         let existed = {
-            let mut instances = txn
-                .open_table(INSTANCES.def)
-                .ctx("opening table instances")?;
-            let existed = instances
-                .remove(name.as_bytes())
-                .ctx("deleting an instance")?
-                .is_some();
+            let mut instances = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
+            let existed = instances.remove(name.as_bytes()).ctx("deleting an instance")?.is_some();
             let mut tasks = txn.open_table(TASKS.def).ctx("opening table tasks")?;
             tasks
                 .retain_in(lo.as_slice()..hi.as_slice(), |_, _| false)
@@ -140,9 +124,7 @@ impl Store {
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
-            table
-                .insert(name.as_bytes(), v.as_slice())
-                .ctx("writing settings")?;
+            table.insert(name.as_bytes(), v.as_slice()).ctx("writing settings")?;
         }
         txn.commit().ctx("committing settings")
     }

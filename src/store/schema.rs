@@ -54,9 +54,7 @@ pub(super) fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
 
 fn read_version(txn: &WriteTransaction) -> Result<Option<u32>, StoreError> {
     let meta = txn.open_table(META.def).ctx("opening table meta")?;
-    let guard = meta
-        .get(SCHEMA_VERSION_KEY)
-        .ctx("reading the schema version")?;
+    let guard = meta.get(SCHEMA_VERSION_KEY).ctx("reading the schema version")?;
     guard
         .map(|v| codec::decode(META.name, SCHEMA_VERSION_KEY, v.value()))
         .transpose()

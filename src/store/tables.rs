@@ -54,9 +54,7 @@ pub(crate) const SESSIONS: Table = table("sessions");
 pub(crate) const HISTORY: Table = table("history");
 
 /// Every table: created at open, copied by backup. A new table goes here.
-pub(crate) const ALL: [Table; 8] = [
-    META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY,
-];
+pub(crate) const ALL: [Table; 8] = [META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY];
 
 /// `meta` key holding the schema version.
 pub(crate) const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";
@@ -95,8 +93,7 @@ pub(crate) fn parse_task_key(bytes: &[u8]) -> Result<TaskKey, StoreError> {
         .iter()
         .position(|b| *b == SEP)
         .ok_or_else(|| corrupt("key has no NUL between instance and group"))?;
-    let instance =
-        std::str::from_utf8(&bytes[..at]).map_err(|_| corrupt("instance is not UTF-8"))?;
+    let instance = std::str::from_utf8(&bytes[..at]).map_err(|_| corrupt("instance is not UTF-8"))?;
     let group = std::str::from_utf8(&bytes[at + 1..]).map_err(|_| corrupt("group is not UTF-8"))?;
     Ok(TaskKey::new(instance, group))
 }
@@ -132,10 +129,7 @@ mod tests {
         assert_eq!(parse_task_key(&bytes).expect("parse"), k);
         // A NUL inside the group is still unambiguous: the instance ends at the first one.
         let odd = TaskKey::new("a", "b\0c");
-        assert_eq!(
-            parse_task_key(&task_key(&odd).expect("encode")).expect("parse"),
-            odd
-        );
+        assert_eq!(parse_task_key(&task_key(&odd).expect("encode")).expect("parse"), odd);
     }
 
     #[test]
@@ -149,10 +143,7 @@ mod tests {
     fn bad_task_keys_are_corrupt() {
         for bad in [&b"no-separator"[..], b"\xff\0g", b"i\0\xff"] {
             let err = parse_task_key(bad).unwrap_err();
-            assert!(
-                matches!(err, StoreError::Corrupt { table: "tasks", .. }),
-                "{err:?}"
-            );
+            assert!(matches!(err, StoreError::Corrupt { table: "tasks", .. }), "{err:?}");
         }
     }
 

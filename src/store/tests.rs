@@ -130,10 +130,7 @@ fn open_creates_directory_file_every_table_and_version() {
 
     let txn = store.db.begin_read().expect("read");
     let meta = txn.open_table(META.def).expect("meta");
-    let v = meta
-        .get(SCHEMA_VERSION_KEY)
-        .expect("get")
-        .expect("version written");
+    let v = meta.get(SCHEMA_VERSION_KEY).expect("get").expect("version written");
     let version: u32 = codec::decode("meta", SCHEMA_VERSION_KEY, v.value()).expect("decode");
     assert_eq!(version, SCHEMA_VERSION);
 }
@@ -148,11 +145,7 @@ fn newer_schema_is_refused_and_left_untouched() {
 
     let err = Store::open(dir.path()).unwrap_err();
     match &err {
-        StoreError::NewerSchema {
-            path,
-            found,
-            supported,
-        } => {
+        StoreError::NewerSchema { path, found, supported } => {
             assert_eq!(*found, 99);
             assert_eq!(*supported, SCHEMA_VERSION);
             assert_eq!(path, &dir.path().join(FILE_NAME));
@@ -161,10 +154,7 @@ fn newer_schema_is_refused_and_left_untouched() {
     }
     let msg = err.to_string();
     assert!(msg.contains("schema version 99"), "{msg}");
-    assert!(
-        msg.contains(&format!("schema version {SCHEMA_VERSION}")),
-        "{msg}"
-    );
+    assert!(msg.contains(&format!("schema version {SCHEMA_VERSION}")), "{msg}");
     assert!(msg.contains("newer release"), "{msg}");
 
     // Still version 99 on disk, and refused again.
@@ -172,17 +162,11 @@ fn newer_schema_is_refused_and_left_untouched() {
     let txn = db.begin_read().expect("read");
     let meta = txn.open_table(META.def).expect("meta");
     assert_eq!(
-        meta.get(SCHEMA_VERSION_KEY)
-            .expect("get")
-            .expect("present")
-            .value(),
+        meta.get(SCHEMA_VERSION_KEY).expect("get").expect("present").value(),
         v99
     );
     drop((meta, txn, db));
-    assert!(matches!(
-        Store::open(dir.path()),
-        Err(StoreError::NewerSchema { .. })
-    ));
+    assert!(matches!(Store::open(dir.path()), Err(StoreError::NewerSchema { .. })));
 }
 
 #[test]
@@ -195,18 +179,10 @@ fn unknown_older_schema_is_corrupt_not_silently_accepted() {
         SCHEMA_VERSION_KEY,
         &codec::encode("v", &0u32).expect("encode"),
     );
-    put_raw(
-        &store,
-        TASKS,
-        b"x\0y",
-        &codec::encode("t", &task(1)).expect("encode"),
-    );
+    put_raw(&store, TASKS, b"x\0y", &codec::encode("t", &task(1)).expect("encode"));
     drop(store);
     let err = Store::open(dir.path()).unwrap_err();
-    assert!(
-        matches!(err, StoreError::Corrupt { table: "meta", .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, StoreError::Corrupt { table: "meta", .. }), "{err:?}");
 }
 
 #[test]
@@ -231,10 +207,7 @@ fn second_open_in_process_is_locked_until_the_first_is_dropped() {
     // Clones share the handle; the lock goes with the last one.
     let clone = store.clone();
     drop(store);
-    assert!(matches!(
-        Store::open(dir.path()),
-        Err(StoreError::Locked { .. })
-    ));
+    assert!(matches!(Store::open(dir.path()), Err(StoreError::Locked { .. })));
     drop(clone);
     Store::open(dir.path()).expect("open after drop");
 }
@@ -278,23 +251,14 @@ fn another_process_is_locked_out() {
 fn tasks_round_trip() {
     let (_dir, store) = temp_store();
     let batch = vec![
-        (
-            TaskKey::new("pve-1", "nodes"),
-            Some(full_task(1_700_000_000_000)),
-        ),
-        (
-            TaskKey::new("pve-1", "cluster/status"),
-            Some(TaskRecord::default()),
-        ),
+        (TaskKey::new("pve-1", "nodes"), Some(full_task(1_700_000_000_000))),
+        (TaskKey::new("pve-1", "cluster/status"), Some(TaskRecord::default())),
         (TaskKey::new("web", "probe"), Some(task(0))),
     ];
     store.write_tasks(&batch).expect("write");
     let (tasks, bad) = store.load_tasks().expect("load");
     assert!(bad.is_empty(), "{bad:?}");
-    let expected: Vec<_> = batch
-        .into_iter()
-        .map(|(k, r)| (k, r.expect("some")))
-        .collect();
+    let expected: Vec<_> = batch.into_iter().map(|(k, r)| (k, r.expect("some"))).collect();
     assert_eq!(sorted(tasks), sorted(expected));
 }
 
@@ -327,10 +291,7 @@ fn write_tasks_applies_updates_and_deletes_in_one_batch() {
         .expect("second batch");
     let (tasks, bad) = store.load_tasks().expect("load");
     assert!(bad.is_empty());
-    assert_eq!(
-        sorted(tasks),
-        vec![(b, task(20)), (c, task(30)), (d, task(4))]
-    );
+    assert_eq!(sorted(tasks), vec![(b, task(20)), (c, task(30)), (d, task(4))]);
 }
 
 #[test]
@@ -393,11 +354,7 @@ fn corrupt_task_rows_are_skipped_and_reported() {
         .iter()
         .find(|e| matches!(e, StoreError::Corrupt { key, .. } if key == "bad\\x00version"))
         .expect("version row reported");
-    assert!(
-        version_error
-            .to_string()
-            .contains("unknown value format version 9")
-    );
+    assert!(version_error.to_string().contains("unknown value format version 9"));
 }
 
 // ---------------------------------------------------------------- instances and settings
@@ -415,10 +372,7 @@ fn instances_round_trip_list_and_replace() {
     };
     store.put_instance(&b).expect("put");
     store.put_instance(&instance("pve-a")).expect("put");
-    assert_eq!(
-        store.get_instance("pve-a").expect("get"),
-        Some(instance("pve-a"))
-    );
+    assert_eq!(store.get_instance("pve-a").expect("get"), Some(instance("pve-a")));
     assert_eq!(
         store.list_instances().expect("list"),
         vec![instance("pve-a"), b.clone()]
@@ -447,10 +401,7 @@ fn delete_instance_removes_its_tasks_only() {
 
     assert!(store.delete_instance("web").expect("delete"));
     assert_eq!(store.get_instance("web").expect("get"), None);
-    assert_eq!(
-        store.list_instances().expect("list"),
-        vec![instance("web2")]
-    );
+    assert_eq!(store.list_instances().expect("list"), vec![instance("web2")]);
     let (tasks, _) = store.load_tasks().expect("load");
     assert_eq!(
         sorted(tasks),
@@ -483,10 +434,7 @@ fn corrupt_instance_is_an_error_and_can_still_be_deleted() {
         store.get_instance("misnamed"),
         Err(StoreError::Corrupt { .. })
     ));
-    assert!(matches!(
-        store.list_instances(),
-        Err(StoreError::Corrupt { .. })
-    ));
+    assert!(matches!(store.list_instances(), Err(StoreError::Corrupt { .. })));
 
     assert!(store.delete_instance("broken").expect("delete"));
     assert!(store.delete_instance("misnamed").expect("delete"));
@@ -508,13 +456,8 @@ fn settings_round_trip_and_replace() {
         .expect("put");
     assert_eq!(store.get_settings("monitoring").expect("get"), Some(doc));
     let replaced = serde_json::json!({});
-    store
-        .put_settings("monitoring", &replaced)
-        .expect("replace");
-    assert_eq!(
-        store.get_settings("monitoring").expect("get"),
-        Some(replaced)
-    );
+    store.put_settings("monitoring", &replaced).expect("replace");
+    assert_eq!(store.get_settings("monitoring").expect("get"), Some(replaced));
     assert_eq!(
         store.get_settings("sink").expect("get"),
         Some(serde_json::json!({"url": null}))
@@ -542,10 +485,7 @@ fn data_survives_a_restart() {
         store.load_tasks().expect("load").0,
         vec![(TaskKey::new("pve-1", "nodes"), full_task(42))]
     );
-    assert_eq!(
-        store.list_instances().expect("list"),
-        vec![instance("pve-1")]
-    );
+    assert_eq!(store.list_instances().expect("list"), vec![instance("pve-1")]);
     assert_eq!(
         store.get_settings("monitoring").expect("get"),
         Some(serde_json::json!({"a": 1}))
@@ -560,11 +500,7 @@ fn token_plaintext_never_reaches_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path()).expect("open");
     let tokens: Vec<_> = (0..5)
-        .map(|i| {
-            store
-                .create_token(&format!("token-{i}"), Timestamp(i))
-                .expect("create")
-        })
+        .map(|i| store.create_token(&format!("token-{i}"), Timestamp(i)).expect("create"))
         .collect();
     // Revoke one so freed pages are part of the scan too.
     assert!(store.revoke_token(&tokens[0].1.id).expect("revoke"));
@@ -573,10 +509,7 @@ fn token_plaintext_never_reaches_the_file() {
     let bytes = std::fs::read(dir.path().join(FILE_NAME)).expect("read file");
     for (plain, info) in &tokens {
         let secret = &plain[TOKEN_PREFIX.len()..];
-        assert!(
-            !contains(&bytes, plain.as_bytes()),
-            "plaintext {plain} in file"
-        );
+        assert!(!contains(&bytes, plain.as_bytes()), "plaintext {plain} in file");
         assert!(!contains(&bytes, secret.as_bytes()), "secret hex in file");
         let raw = hex::decode(secret).expect("hex");
         assert!(!contains(&bytes, &raw), "secret bytes in file");
@@ -613,10 +546,7 @@ fn backup_copies_every_table() {
     let copy = redb::Database::open(out.join(FILE_NAME)).expect("copy opens with redb");
     assert_eq!(table_names(&copy), table_names(&*store.db));
     {
-        let (src, dst) = (
-            store.db.begin_read().expect("read"),
-            copy.begin_read().expect("read"),
-        );
+        let (src, dst) = (store.db.begin_read().expect("read"), copy.begin_read().expect("read"));
         for table in tables::ALL {
             let rows = |txn: &redb::ReadTransaction| -> Vec<(Vec<u8>, Vec<u8>)> {
                 let t = txn.open_table(table.def).expect("table");
@@ -639,10 +569,7 @@ fn backup_copies_every_table() {
         vec![(TaskKey::new("a", "g"), full_task(3))]
     );
     assert_eq!(restored.verify_token(&plain).expect("verify"), Some(info));
-    assert_eq!(
-        restored.list_instances().expect("list"),
-        vec![instance("a")]
-    );
+    assert_eq!(restored.list_instances().expect("list"), vec![instance("a")]);
 }
 
 #[test]
@@ -651,9 +578,7 @@ fn backup_refuses_to_overwrite_the_live_file() {
     store
         .write_tasks(&[(TaskKey::new("a", "g"), Some(task(1)))])
         .expect("tasks");
-    let err = store
-        .backup_to(&dir.path().join(".").join(FILE_NAME))
-        .unwrap_err();
+    let err = store.backup_to(&dir.path().join(".").join(FILE_NAME)).unwrap_err();
     assert!(err.to_string().contains("live database"), "{err}");
     assert_eq!(store.load_tasks().expect("still readable").0.len(), 1);
 }
@@ -678,9 +603,7 @@ fn backup_while_writing_is_a_consistent_snapshot() {
             }
             let mut settings = txn.open_table(tables::SETTINGS.def).expect("settings");
             let doc = codec::encode("s", &serde_json::json!({ "round": round })).expect("encode");
-            settings
-                .insert(&b"round"[..], doc.as_slice())
-                .expect("insert");
+            settings.insert(&b"round"[..], doc.as_slice()).expect("insert");
         }
         txn.commit().expect("commit");
     };
@@ -710,29 +633,21 @@ fn backup_while_writing_is_a_consistent_snapshot() {
         }
         let out = dir.path().join(format!("backup-{n}"));
         std::fs::create_dir(&out).expect("mkdir");
-        store
-            .backup_to(&out.join(FILE_NAME))
-            .expect("backup while writing");
+        store.backup_to(&out.join(FILE_NAME)).expect("backup while writing");
 
         let copy = Store::open(&out).expect("backup opens");
         let (tasks, bad) = copy.load_tasks().expect("load");
         assert!(bad.is_empty(), "{bad:?}");
         assert_eq!(tasks.len(), KEYS as usize);
         let mut values: BTreeSet<u64> = tasks.iter().map(|(_, r)| u64::from(r.failures)).collect();
-        let doc = copy
-            .get_settings("round")
-            .expect("get")
-            .expect("settings copied");
+        let doc = copy.get_settings("round").expect("get").expect("settings copied");
         values.insert(doc["round"].as_u64().expect("round"));
         assert_eq!(values.len(), 1, "backup mixes rounds: {values:?}");
         seen.extend(values);
     }
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("writer thread");
-    assert!(
-        seen.windows(2).all(|w| w[0] < w[1]),
-        "each backup is later: {seen:?}"
-    );
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "each backup is later: {seen:?}");
     let last = rounds.load(Ordering::Relaxed);
     let (live, _) = store.load_tasks().expect("load");
     assert!(live.iter().all(|(_, r)| r.failures == last));

@@ -40,10 +40,7 @@ fn hash(plaintext: &str) -> [u8; 32] {
 /// `pst_` followed by exactly 40 lowercase hex digits.
 fn well_formed(plaintext: &str) -> bool {
     plaintext.strip_prefix(TOKEN_PREFIX).is_some_and(|secret| {
-        secret.len() == SECRET_BYTES * 2
-            && secret
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        secret.len() == SECRET_BYTES * 2 && secret.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })
 }
 
@@ -51,9 +48,7 @@ fn os_secret() -> Result<[u8; SECRET_BYTES], StoreError> {
     let mut secret = [0u8; SECRET_BYTES];
     SysRng
         .try_fill_bytes(&mut secret)
-        .map_err(|e| StoreError::Randomness {
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| StoreError::Randomness { reason: e.to_string() })?;
     Ok(secret)
 }
 
@@ -76,11 +71,7 @@ fn keys_with_prefix(
 impl Store {
     /// Creates a token named `name`. Returns the plaintext — shown to the
     /// operator once, unrecoverable afterwards — and its public info.
-    pub fn create_token(
-        &self,
-        name: &str,
-        now: Timestamp,
-    ) -> Result<(String, TokenInfo), StoreError> {
+    pub fn create_token(&self, name: &str, now: Timestamp) -> Result<(String, TokenInfo), StoreError> {
         self.create_token_from(name, now, os_secret)
     }
 
@@ -108,9 +99,7 @@ impl Store {
                     created: now,
                 };
                 let v = codec::encode("token", &info)?;
-                table
-                    .insert(digest.as_slice(), v.as_slice())
-                    .ctx("writing a token")?;
+                table.insert(digest.as_slice(), v.as_slice()).ctx("writing a token")?;
                 created = Some((plaintext, info));
                 break;
             }
@@ -148,11 +137,7 @@ impl Store {
         let mut out = Vec::new();
         for entry in table.iter().ctx("reading table tokens")? {
             let (k, v) = entry.ctx("reading table tokens")?;
-            out.push(codec::decode::<TokenInfo>(
-                TOKENS.name,
-                k.value(),
-                v.value(),
-            )?);
+            out.push(codec::decode::<TokenInfo>(TOKENS.name, k.value(), v.value())?);
         }
         out.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
         Ok(out)
@@ -198,18 +183,11 @@ mod tests {
         assert_eq!(info.created, Timestamp(1_000));
         assert_eq!(info.id, hex::encode(&hash(&plain)[..4]));
 
-        assert_eq!(
-            store.verify_token(&plain).expect("verify"),
-            Some(info.clone())
-        );
+        assert_eq!(store.verify_token(&plain).expect("verify"), Some(info.clone()));
 
         // Same shape, one digit different: not a token.
         let last = plain.chars().last().expect("non-empty");
-        let wrong = format!(
-            "{}{}",
-            &plain[..plain.len() - 1],
-            if last == '0' { '1' } else { '0' }
-        );
+        let wrong = format!("{}{}", &plain[..plain.len() - 1], if last == '0' { '1' } else { '0' });
         assert_eq!(store.verify_token(&wrong).expect("verify"), None);
         for junk in [
             "",
@@ -237,10 +215,7 @@ mod tests {
         let (p2, t2) = store.create_token("second", Timestamp(20)).expect("create");
         let (p1, t1) = store.create_token("first", Timestamp(10)).expect("create");
         assert_ne!(p1, p2);
-        assert_eq!(
-            store.list_tokens().expect("list"),
-            vec![t1.clone(), t2.clone()]
-        );
+        assert_eq!(store.list_tokens().expect("list"), vec![t1.clone(), t2.clone()]);
         assert!(store.revoke_token(&t1.id).expect("revoke"));
         assert_eq!(store.verify_token(&p2).expect("verify"), Some(t2));
     }
@@ -248,23 +223,11 @@ mod tests {
     #[test]
     fn a_taken_id_draws_a_new_secret() {
         let (_dir, store) = store();
-        let mut secrets = vec![
-            [2u8; SECRET_BYTES],
-            [1u8; SECRET_BYTES],
-            [1u8; SECRET_BYTES],
-        ];
-        let mut next = || {
-            secrets.pop().ok_or(StoreError::Randomness {
-                reason: "out".into(),
-            })
-        };
-        let (p1, t1) = store
-            .create_token_from("a", Timestamp(1), &mut next)
-            .expect("first");
+        let mut secrets = vec![[2u8; SECRET_BYTES], [1u8; SECRET_BYTES], [1u8; SECRET_BYTES]];
+        let mut next = || secrets.pop().ok_or(StoreError::Randomness { reason: "out".into() });
+        let (p1, t1) = store.create_token_from("a", Timestamp(1), &mut next).expect("first");
         // The second draw repeats the first secret, so its id is taken; the third is used.
-        let (p2, t2) = store
-            .create_token_from("b", Timestamp(2), &mut next)
-            .expect("second");
+        let (p2, t2) = store.create_token_from("b", Timestamp(2), &mut next).expect("second");
         assert_eq!(p1, format!("pst_{}", "01".repeat(20)));
         assert_eq!(p2, format!("pst_{}", "02".repeat(20)));
         assert_ne!(t1.id, t2.id);

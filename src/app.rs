@@ -1,0 +1,197 @@
+//! `Application::build(config)` then `run_until_stopped(shutdown)`: opens the
+//! store, layers the settings, builds the catalog, starts the engine and the
+//! two listeners. Tests bind `127.0.0.1:0` through
+//! [`Application::build_with_listeners`] and run the real server in-process.
+
+use crate::config::Config;
+use crate::engine::catalog::Catalog;
+use crate::engine::settings::SettingsLayers;
+use crate::engine::{Engine, SHUTDOWN_GRACE, Shared};
+use crate::model::Timestamp;
+use crate::poll::Poller;
+use crate::store::Store;
+use crate::web::{self, AppState};
+use serde_json::Value;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+pub const SETTINGS_KEY: &str = web::api::settings::SETTINGS_KEY;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
+    #[error(transparent)]
+    Account(#[from] crate::accounts::AccountError),
+    #[error("HTTP client: {0}")]
+    Poller(#[from] crate::poll::PollerError),
+    #[error("metrics registry: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+pub struct Application {
+    engine: Engine,
+    api: TcpListener,
+    metrics: TcpListener,
+    api_addr: SocketAddr,
+    metrics_addr: SocketAddr,
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| AppError::Bind { addr, source })
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, AppError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| AppError::Other(e.to_string()))
+}
+
+impl Application {
+    pub async fn build(config: Config) -> Result<Application, AppError> {
+        let api = bind(config.server.listen).await?;
+        let metrics = bind(config.server.metrics_listen).await?;
+        Self::build_with_listeners(config, api, metrics).await
+    }
+
+    pub async fn build_with_listeners(
+        config: Config,
+        api: TcpListener,
+        metrics: TcpListener,
+    ) -> Result<Application, AppError> {
+        let api_addr = api.local_addr().map_err(|source| AppError::Bind {
+            addr: config.server.listen,
+            source,
+        })?;
+        let metrics_addr = metrics.local_addr().map_err(|source| AppError::Bind {
+            addr: config.server.metrics_listen,
+            source,
+        })?;
+        for w in &config.warnings {
+            tracing::warn!("{w}");
+        }
+        let data_dir = config.server.data_dir.clone();
+        let store = blocking(move || Store::open(&data_dir)).await??;
+        tracing::info!(path = %store.path().display(), "database opened");
+
+        if let Some(pw) = config.admin_password.clone() {
+            let s = store.clone();
+            blocking(move || crate::accounts::set_admin_password(&s, &pw, Timestamp::now())).await??;
+            tracing::info!("admin password set from POLLSTER_ADMIN_PASSWORD");
+        }
+
+        let s = store.clone();
+        let saved = blocking(move || s.get_settings(SETTINGS_KEY))
+            .await??
+            .unwrap_or(Value::Null);
+        let mut layers = SettingsLayers {
+            file: config.monitoring_file.clone(),
+            saved,
+            env: config.env.clone(),
+        };
+        let settings = match layers.effective() {
+            Ok(s) => s,
+            Err(errs) => {
+                // Saved settings were valid when saved; a later edit of the
+                // config file can make the combination invalid. The file and
+                // environment were validated at load, so fall back to them.
+                let first = errs.first().map(|e| e.to_string()).unwrap_or_default();
+                tracing::warn!(error = %first, "ignoring settings saved from the UI: they no longer fit the config file");
+                layers.saved = Value::Null;
+                layers.effective().map_err(|e| {
+                    AppError::Other(
+                        e.first()
+                            .map(|e| e.to_string())
+                            .unwrap_or_else(|| "invalid settings".into()),
+                    )
+                })?
+            }
+        };
+
+        let mut catalog = Catalog::new(config.types.clone(), config.budgets.clone());
+        for i in &config.instances {
+            catalog.insert(i.clone(), true);
+        }
+        let s = store.clone();
+        let stored = blocking(move || s.list_instances()).await??;
+        for i in stored {
+            if catalog.instances.contains_key(&i.name) {
+                tracing::warn!(instance = %i.name, "an instance saved from the UI has the name of one in the config file; the config file wins");
+                continue;
+            }
+            if let Err(e) = i.validate_fields().and_then(|_| catalog.check_references(&i)) {
+                tracing::warn!(instance = %i.name, error = %e, "not polling a saved instance that no longer fits the configuration");
+                continue;
+            }
+            catalog.insert(i, false);
+        }
+
+        let poller = Poller::new()?;
+        let shared = Shared::new(store, poller, catalog, layers, settings)?;
+        let engine = Engine::start(shared).await?;
+        Ok(Application {
+            engine,
+            api,
+            metrics,
+            api_addr,
+            metrics_addr,
+        })
+    }
+
+    pub fn api_addr(&self) -> SocketAddr {
+        self.api_addr
+    }
+
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        self.engine.shared()
+    }
+
+    /// Serve until `shutdown` completes, then stop dispatching, let polls in
+    /// flight finish (or abandon them after a bound) and flush state.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
+        let state = AppState {
+            shared: self.engine.shared().clone(),
+        };
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|v| *v).await;
+        };
+        tracing::info!(api = %self.api_addr, metrics = %self.metrics_addr, "listening");
+        let api = tokio::spawn(
+            axum::serve(self.api, web::router(state.clone()))
+                .with_graceful_shutdown(stopped(stop_rx.clone()))
+                .into_future(),
+        );
+        let metrics = tokio::spawn(
+            axum::serve(self.metrics, web::metrics_router(state))
+                .with_graceful_shutdown(stopped(stop_rx))
+                .into_future(),
+        );
+        shutdown.await;
+        tracing::info!("shutting down");
+        self.engine.shutdown(SHUTDOWN_GRACE).await;
+        let _ = stop_tx.send(true);
+        // Open keep-alive connections must not hold the process up.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+            let _ = api.await;
+            let _ = metrics.await;
+        })
+        .await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,284 @@
+//! The command line (clap): `serve`, `demo`, `check-config`, `admin …`.
+//! Exit codes: 0 fine, 1 runtime failure, 2 bad configuration or usage.
+
+use crate::config::{self, Config, ConfigError};
+use crate::model::{TaskKey, Timestamp};
+use crate::store::{Store, StoreError};
+use clap::{Args, Parser, Subcommand};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+pub const EXIT_FAILURE: u8 = 1;
+pub const EXIT_CONFIG: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pollster",
+    version,
+    about = "Polls many HTTP(S) APIs on an adaptive cadence, inside each API's rate-limit budget.",
+    long_about = "Pollster polls many HTTP(S) APIs on an adaptive cadence, inside each API's rate-limit \
+budget, with circuit breakers, backoff and a dead-letter queue that survives restarts.\n\n\
+Configuration precedence: environment variable > value saved from the UI > config file > built-in default."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the appliance.
+    Serve {
+        /// Config file (the package installs /etc/pollster/pollster.toml).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Run the appliance with a simulated fleet on loopback: healthy, slow,
+    /// flapping, rate-limited, failing and hung instances.
+    Demo(DemoArgs),
+    /// Validate a config file (and the environment) and exit: 0 if valid, 2 if not.
+    CheckConfig { file: PathBuf },
+    /// Administer a stopped server's data directory.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where the demo keeps its database (created if missing).
+    #[arg(long, default_value = "pollster-demo-data")]
+    pub data_dir: PathBuf,
+    /// Web UI and API listener.
+    #[arg(long, default_value = "127.0.0.1:7655")]
+    pub listen: std::net::SocketAddr,
+    /// Metrics listener.
+    #[arg(long, default_value = "127.0.0.1:9091")]
+    pub metrics_listen: std::net::SocketAddr,
+}
+
+#[derive(Debug, Args)]
+pub struct DataDirArgs {
+    /// Data directory holding pollster.redb.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Read the data directory from this config file.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Create an API token and print it (shown once).
+    CreateToken {
+        #[command(flatten)]
+        dir: DataDirArgs,
+        /// A name to recognise the token by.
+        #[arg(long)]
+        name: String,
+    },
+    /// Set the admin password, read from standard input.
+    SetPassword {
+        #[command(flatten)]
+        dir: DataDirArgs,
+    },
+    /// The dead-letter queue.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List dead-lettered tasks.
+    List {
+        #[command(flatten)]
+        dir: DataDirArgs,
+    },
+    /// Probe a dead-lettered task as soon as the server starts.
+    Retry {
+        #[command(flatten)]
+        dir: DataDirArgs,
+        instance: String,
+        group: String,
+    },
+    /// Drop a task from the dead-letter queue and disable it.
+    Discard {
+        #[command(flatten)]
+        dir: DataDirArgs,
+        instance: String,
+        group: String,
+    },
+}
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl From<ConfigError> for Failure {
+    fn from(e: ConfigError) -> Self {
+        Failure {
+            code: EXIT_CONFIG,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        Failure {
+            code: EXIT_FAILURE,
+            message: e.to_string(),
+        }
+    }
+}
+
+fn fail(message: impl Into<String>) -> Failure {
+    Failure {
+        code: EXIT_FAILURE,
+        message: message.into(),
+    }
+}
+
+pub fn load_config(file: Option<&Path>) -> Result<Config, Failure> {
+    Ok(config::load_from_process_env(file)?)
+}
+
+fn open_store(dir: &DataDirArgs) -> Result<Store, Failure> {
+    let data_dir = match &dir.data_dir {
+        Some(d) => d.clone(),
+        None => load_config(dir.config.as_deref())?.server.data_dir,
+    };
+    Ok(Store::open(&data_dir)?)
+}
+
+pub fn check_config(file: &Path) -> Result<String, Failure> {
+    let c = load_config(Some(file))?;
+    let mut out = String::new();
+    for w in &c.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    out.push_str(&format!(
+        "{}: OK ({} instances, {} types, {} budgets)\n",
+        file.display(),
+        c.instances.len(),
+        c.types.len(),
+        c.budgets.len()
+    ));
+    Ok(out)
+}
+
+fn read_password() -> Result<String, Failure> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprint!("New admin password (input is shown): ");
+        let _ = std::io::stderr().flush();
+    }
+    let mut line = String::new();
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| fail(format!("reading the password from standard input: {e}")))?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_string())
+}
+
+pub fn admin(cmd: AdminCommand, out: &mut dyn Write) -> Result<(), Failure> {
+    let w = |out: &mut dyn Write, s: String| out.write_all(s.as_bytes()).map_err(|e| fail(e.to_string()));
+    match cmd {
+        AdminCommand::CreateToken { dir, name } => {
+            if name.trim().is_empty() || name.len() > 64 {
+                return Err(Failure {
+                    code: EXIT_CONFIG,
+                    message: "--name must be 1-64 characters".into(),
+                });
+            }
+            let store = open_store(&dir)?;
+            let (token, info) = store.create_token(name.trim(), Timestamp::now())?;
+            w(out, format!("{token}\n"))?;
+            eprintln!("created API token {} ({}); it is shown only once", info.id, info.name);
+        }
+        AdminCommand::SetPassword { dir } => {
+            let store = open_store(&dir)?;
+            let pw = read_password()?;
+            crate::accounts::set_admin_password(&store, &pw, Timestamp::now()).map_err(|e| Failure {
+                code: EXIT_CONFIG,
+                message: e.to_string(),
+            })?;
+            w(out, "admin password set\n".into())?;
+        }
+        AdminCommand::Dlq { command } => dlq(command, out)?,
+    }
+    Ok(())
+}
+
+fn dlq(cmd: DlqCommand, out: &mut dyn Write) -> Result<(), Failure> {
+    let w = |out: &mut dyn Write, s: String| out.write_all(s.as_bytes()).map_err(|e| fail(e.to_string()));
+    match cmd {
+        DlqCommand::List { dir } => {
+            let store = open_store(&dir)?;
+            let (tasks, _) = store.load_tasks()?;
+            let mut dead: Vec<_> = tasks.into_iter().filter(|(_, r)| r.dead_letter.is_some()).collect();
+            dead.sort_by_key(|(_, r)| std::cmp::Reverse(r.dead_letter.as_ref().map(|d| d.since)));
+            w(
+                out,
+                format!(
+                    "{:<40} {:>8} {:<20} {:<20} LAST ERROR\n",
+                    "TASK", "FAILURES", "SINCE", "NEXT RECHECK"
+                ),
+            )?;
+            for (k, r) in &dead {
+                let dl = r.dead_letter.as_ref();
+                w(
+                    out,
+                    format!(
+                        "{:<40} {:>8} {:<20} {:<20} {}\n",
+                        k.to_string(),
+                        r.failures,
+                        dl.map(|d| d.since.to_rfc3339()).unwrap_or_default(),
+                        dl.map(|d| d.next_recheck.to_rfc3339()).unwrap_or_default(),
+                        r.last_error.as_ref().map(|e| e.message.as_str()).unwrap_or("")
+                    ),
+                )?;
+            }
+            w(out, format!("{} dead-lettered task(s)\n", dead.len()))?;
+        }
+        DlqCommand::Retry { dir, instance, group } => {
+            change_task(&dir, &instance, &group, |r| {
+                crate::core::task::retry_now(r, Timestamp::now())
+            })?;
+            w(
+                out,
+                format!("{instance}/{group} will be probed when the server starts\n"),
+            )?;
+        }
+        DlqCommand::Discard { dir, instance, group } => {
+            change_task(&dir, &instance, &group, crate::core::task::discard)?;
+            w(out, format!("{instance}/{group} discarded and disabled\n"))?;
+        }
+    }
+    Ok(())
+}
+
+fn change_task(
+    dir: &DataDirArgs,
+    instance: &str,
+    group: &str,
+    f: impl FnOnce(&mut crate::model::TaskRecord) -> bool,
+) -> Result<(), Failure> {
+    let store = open_store(dir)?;
+    let key = TaskKey::new(instance, group);
+    let (tasks, _) = store.load_tasks()?;
+    let Some((_, mut rec)) = tasks.into_iter().find(|(k, _)| *k == key) else {
+        return Err(fail(format!("no task {key}")));
+    };
+    if !f(&mut rec) {
+        return Err(fail(format!("task {key} is not in the dead-letter queue")));
+    }
+    store.write_tasks(&[(key, Some(rec))])?;
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! Operator accounts. Only the password hash (argon2, PHC string) is stored;
+//! hashing happens in `crate::accounts`, off the async threads.
+
+use redb::ReadableTableMetadata;
+use serde::{Deserialize, Serialize};
+
+use super::tables::USERS;
+use super::{Ctx, Store, StoreError, codec};
+use crate::model::Timestamp;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserRecord {
+    pub name: String,
+    /// PHC string, e.g. `$argon2id$v=19$…`.
+    pub password_hash: String,
+    pub created: Timestamp,
+    pub updated: Timestamp,
+}
+
+impl Store {
+    pub fn get_user(&self, name: &str) -> Result<Option<UserRecord>, StoreError> {
+        let txn = self.read_txn()?;
+        let table = txn.open_table(USERS.def).ctx("opening table users")?;
+        match table.get(name.as_bytes()).ctx("reading table users")? {
+            Some(v) => Ok(Some(codec::decode(USERS.name, name.as_bytes(), v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn put_user(&self, user: &UserRecord) -> Result<(), StoreError> {
+        let v = codec::encode("user", user)?;
+        let txn = self.write_txn()?;
+        {
+            let mut table = txn.open_table(USERS.def).ctx("opening table users")?;
+            table.insert(user.name.as_bytes(), v.as_slice()).ctx("writing a user")?;
+        }
+        txn.commit().ctx("committing a user")
+    }
+
+    pub fn user_count(&self) -> Result<u64, StoreError> {
+        let txn = self.read_txn()?;
+        let table = txn.open_table(USERS.def).ctx("opening table users")?;
+        table.len().ctx("counting users")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_round_trip_and_survive_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let s = Store::open(dir.path()).expect("open");
+            assert_eq!(s.user_count().expect("count"), 0);
+            assert_eq!(s.get_user("admin").expect("get"), None);
+            let u = UserRecord {
+                name: "admin".into(),
+                password_hash: "$argon2id$x".into(),
+                created: Timestamp(1),
+                updated: Timestamp(2),
+            };
+            s.put_user(&u).expect("put");
+        }
+        let s = Store::open(dir.path()).expect("reopen");
+        assert_eq!(s.user_count().expect("count"), 1);
+        assert_eq!(s.get_user("admin").expect("get").map(|u| u.updated), Some(Timestamp(2)));
+    }
+}

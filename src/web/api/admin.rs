@@ -1,0 +1,39 @@
+//! `GET /api/admin/backup`: a consistent copy of the database, taken in one
+//! read transaction while the server keeps running.
+
+use crate::model::Timestamp;
+use crate::web::AppState;
+use crate::web::error::ApiError;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+pub async fn backup(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let store = app.shared.store.clone();
+    let dir = store.path().parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let stamp = Timestamp::now();
+    let tmp = dir.join(format!(".backup-{}-{}.redb", std::process::id(), stamp.0));
+    let path = tmp.clone();
+    let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
+        store.backup_to(&path)?;
+        let data = std::fs::read(&path).map_err(ApiError::internal);
+        let _ = std::fs::remove_file(&path);
+        data
+    })
+    .await
+    .map_err(ApiError::internal)??;
+    let name = format!(
+        "pollster-{}.redb",
+        stamp.to_rfc3339().replace([':', '-'], "").trim_end_matches('Z')
+    );
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
+            (header::CACHE_CONTROL, "no-store".to_string()),
+        ],
+        Body::from(bytes),
+    )
+        .into_response())
+}

@@ -1,0 +1,9 @@
+//! JSON API handlers, grouped by resource.
+
+pub mod admin;
+pub mod dead_letter;
+pub mod groups;
+pub mod health;
+pub mod instances;
+pub mod openapi;
+pub mod settings;

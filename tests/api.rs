@@ -1,0 +1,390 @@
+//! The JSON API: authentication on every route, instance validation, the
+//! OpenAPI document, backups, and the metrics listener.
+
+mod common;
+
+use common::*;
+use pollster::fleet::Behaviour;
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+/// A metric line to find: name, some of its labels, and maybe its value.
+type Expected<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<&'a str>);
+
+/// Walk the OpenAPI document: every documented operation, and every route
+/// the router serves, refuses a request without a token (or with a bad one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_api_route_refuses_a_request_without_a_token() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let doc = app.get_json("/api/openapi.json").await;
+    let paths = doc["paths"].as_object().expect("paths");
+    let mut checked = 0;
+    for (path, item) in paths {
+        let concrete = path
+            .replace("{instance}", "x")
+            .replace("{group}", "probe")
+            .replace("{name}", "x");
+        for (method, _) in item
+            .as_object()
+            .expect("path item")
+            .iter()
+            .filter(|(m, _)| *m != "parameters")
+        {
+            let m = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+            for auth in [
+                None,
+                Some("Bearer pst_0000000000000000000000000000000000000000"),
+                Some("Basic eDp5"),
+            ] {
+                let mut req = app.client.request(m.clone(), app.url(&concrete));
+                if let Some(a) = auth {
+                    req = req.header("authorization", a);
+                }
+                let r = req.json(&json!({})).send().await.expect("request");
+                assert_eq!(r.status().as_u16(), 401, "{method} {path} with {auth:?}");
+                let body: Value = r.json().await.expect("json error");
+                assert_eq!(body["error"]["code"], "unauthorized");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 15, "only {checked} operations documented");
+    // Routes that are not documented are refused too, not leaked as 404s.
+    let r = app
+        .client
+        .get(app.url("/api/does-not-exist"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 401);
+    // Liveness and readiness need no token.
+    assert_eq!(
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .expect("req")
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        app.client
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .expect("req")
+            .status()
+            .as_u16(),
+        200
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_crud_with_validation_naming_the_field() {
+    let app = TestApp::spawn_with(
+        vec![("provisioned-1", Behaviour::Healthy), ("added", Behaviour::Changing)],
+        &Default::default(),
+        |c| c.instances.retain(|i| i.name != "added"),
+    )
+    .await;
+    let url = app.fleet.url("added");
+
+    let (s, body) = app
+        .send(
+            Method::POST,
+            "/api/instances",
+            Some(json!({"name": "bad name!", "type": "fast", "url": url})),
+        )
+        .await;
+    assert_eq!(s, 422, "{body}");
+    assert_eq!(body["error"]["field"], "name");
+
+    let (s, body) = app
+        .send(
+            Method::POST,
+            "/api/instances",
+            Some(json!({"name": "added", "type": "fast", "url": "ftp://x"})),
+        )
+        .await;
+    assert_eq!(s, 422);
+    assert_eq!(body["error"]["field"], "url");
+
+    let (s, body) = app
+        .send(
+            Method::POST,
+            "/api/instances",
+            Some(json!({"name": "added", "type": "nosuch", "url": url})),
+        )
+        .await;
+    assert_eq!(s, 422);
+    assert_eq!(body["error"]["field"], "type");
+
+    let (s, body) = app
+        .send(
+            Method::POST,
+            "/api/instances",
+            Some(json!({"name": "added", "type": "fast", "url": url, "timeout": "soon"})),
+        )
+        .await;
+    assert_eq!(s, 422);
+    assert_eq!(body["error"]["field"], "timeout");
+
+    let (s, body) = app
+        .send(
+            Method::POST,
+            "/api/instances",
+            Some(json!({"name": "added", "type": "fast", "url": url, "colour": 1})),
+        )
+        .await;
+    assert_eq!(s, 422, "unknown fields are refused: {body}");
+
+    let (s, body) = app
+        .send(
+            Method::POST,
+            "/api/instances",
+            Some(json!({"name": "added", "type": "fast", "url": url, "timeout": "2s",
+                "auth": {"kind": "bearer", "token": "very-secret"}})),
+        )
+        .await;
+    assert_eq!(s, 201, "{body}");
+    assert_eq!(body["auth"], json!({"kind": "bearer"}), "secrets are write-only");
+    assert!(!body.to_string().contains("very-secret"));
+
+    let (s, _) = app
+        .send(
+            Method::POST,
+            "/api/instances",
+            Some(json!({"name": "added", "type": "fast", "url": url})),
+        )
+        .await;
+    assert_eq!(s, 409, "duplicate name");
+    let (s, _) = app
+        .send(
+            Method::POST,
+            "/api/instances",
+            Some(json!({"name": "provisioned-1", "type": "fast", "url": url})),
+        )
+        .await;
+    assert_eq!(s, 409, "duplicate of a provisioned name");
+
+    // It is polled right away.
+    app.wait_health(WAIT, "added instance polled", |h| {
+        staleness(h, "added").is_some_and(|s| s["lastSuccess"].is_string())
+    })
+    .await;
+
+    let list = app.get_json("/api/instances").await;
+    assert_eq!(list["count"], 2);
+    let one = app.get_json("/api/instances/provisioned-1").await;
+    assert_eq!(one["provisioned"], true);
+
+    // Provisioned instances are read-only here.
+    let (s, body) = app
+        .send(
+            Method::PUT,
+            "/api/instances/provisioned-1",
+            Some(json!({"type": "fast", "url": url})),
+        )
+        .await;
+    assert_eq!((s, body["error"]["code"].as_str()), (409, Some("provisioned")));
+    let (s, _) = app.send(Method::DELETE, "/api/instances/provisioned-1", None).await;
+    assert_eq!(s, 409);
+
+    // PUT without auth keeps the stored credentials; a renamed body is refused.
+    let (s, body) = app
+        .send(
+            Method::PUT,
+            "/api/instances/added",
+            Some(json!({"type": "fast", "url": url, "timeout": "3s"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["timeout"], "3s");
+    assert_eq!(body["auth"]["kind"], "bearer");
+    let (s, body) = app
+        .send(
+            Method::PUT,
+            "/api/instances/added",
+            Some(json!({"name": "other", "type": "fast", "url": url})),
+        )
+        .await;
+    assert_eq!((s, body["error"]["field"].as_str()), (422, Some("name")));
+
+    let (s, body) = app.send(Method::POST, "/api/instances/added/test", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(body["results"][0]["ok"], true, "{body}");
+
+    let (s, _) = app.send(Method::DELETE, "/api/instances/added", None).await;
+    assert_eq!(s, 204);
+    let (s, _) = app.send(Method::GET, "/api/instances/added", None).await;
+    assert_eq!(s, 404);
+    let h = app.health().await;
+    assert!(staleness(&h, "added").is_none(), "its tasks are gone");
+
+    let (s, body) = app
+        .send(Method::POST, "/api/instances", Some(json!("not an object")))
+        .await;
+    assert_eq!(s, 422, "{body}");
+    let r = app
+        .client
+        .post(app.url("/api/instances"))
+        .bearer_auth(&app.token)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 400);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_is_a_consistent_openable_copy() {
+    let app = TestApp::spawn(vec![("b", Behaviour::Unauthorized)]).await;
+    app.wait_health(WAIT, "dead-letter entry", |h| h["deadLetter"]["count"] == 1)
+        .await;
+    let r = app.get("/api/admin/backup").await;
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(
+        r.headers()
+            .get("content-disposition")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains(".redb"))
+    );
+    let bytes = r.bytes().await.expect("body");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("pollster.redb"), &bytes).expect("write");
+    let copy = pollster::store::Store::open(dir.path()).expect("backup opens");
+    let (tasks, bad) = copy.load_tasks().expect("tasks");
+    assert!(bad.is_empty());
+    assert!(
+        tasks
+            .iter()
+            .any(|(k, r)| &*k.instance == "b" && r.dead_letter.is_some()),
+        "{tasks:?}"
+    );
+    assert!(!copy.list_tokens().expect("tokens").is_empty());
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_have_the_spec_names_and_pass_promtool() {
+    let app = TestApp::spawn(vec![("m-ok", Behaviour::Healthy), ("m-bad", Behaviour::Unauthorized)]).await;
+    app.wait_health(WAIT, "a success and a dead-letter entry", |h| {
+        h["deadLetter"]["count"] == 1 && staleness(h, "m-ok").is_some_and(|s| s["lastSuccess"].is_string())
+    })
+    .await;
+    let body = reqwest::get(format!("http://{}/metrics", app.metrics_addr))
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    // (name, labels, value) — label order is the encoder's, so match by set.
+    let expect: &[Expected] = &[
+        (
+            "pollster_monitor_poll_total",
+            &[
+                ("instance_type", "fast"),
+                ("instance", "m-ok"),
+                ("group", "probe"),
+                ("result", "success"),
+            ],
+            None,
+        ),
+        (
+            "pollster_monitor_poll_total",
+            &[("instance", "m-bad"), ("result", "error")],
+            Some("1"),
+        ),
+        (
+            "pollster_monitor_poll_duration_seconds_bucket",
+            &[
+                ("instance_type", "fast"),
+                ("instance", "m-ok"),
+                ("group", "probe"),
+                ("le", "30"),
+            ],
+            None,
+        ),
+        (
+            "pollster_monitor_poll_duration_seconds_count",
+            &[("instance", "m-bad")],
+            Some("1"),
+        ),
+        (
+            "pollster_monitor_poll_staleness_seconds",
+            &[("instance_type", "fast"), ("instance", "m-ok"), ("group", "probe")],
+            None,
+        ),
+        ("pollster_monitor_poll_queue_depth", &[], None),
+        (
+            "pollster_monitor_poll_errors_total",
+            &[("instance", "m-bad"), ("category", "permanent")],
+            Some("1"),
+        ),
+        (
+            "pollster_monitor_poll_last_success_timestamp_seconds",
+            &[("instance", "m-ok"), ("group", "probe")],
+            None,
+        ),
+        ("pollster_monitor_dead_letter_tasks", &[], Some("1")),
+        (
+            "pollster_monitor_breaker_state",
+            &[("instance", "m-bad"), ("state", "open")],
+            Some("1"),
+        ),
+        (
+            "pollster_monitor_breaker_state",
+            &[("instance", "m-ok"), ("state", "closed")],
+            Some("1"),
+        ),
+        ("pollster_instance_cadence_seconds", &[("instance", "m-ok")], None),
+        ("process_resident_memory_bytes", &[], None),
+    ];
+    for (name, labels, value) in expect {
+        let found = body.lines().any(|line| {
+            let Some(rest) = line.strip_prefix(name) else {
+                return false;
+            };
+            if !(rest.starts_with('{') || rest.starts_with(' ')) {
+                return false;
+            }
+            labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+                && value.is_none_or(|v| rest.ends_with(&format!(" {v}")))
+        });
+        assert!(found, "missing {name} {labels:?} {value:?} in\n{body}");
+    }
+    for family in ["pollster_monitor_poll_inflight", "pollster_monitor_poll_queue_depth"] {
+        assert!(body.contains(&format!("# HELP {family} ")), "no help for {family}");
+    }
+    // The metrics are not on the API listener.
+    let r = app.client.get(app.url("/metrics")).send().await.expect("req");
+    assert_ne!(r.status().as_u16(), 200);
+
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (Debian package `prometheus`)");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(body.as_bytes()).expect("write");
+    }
+    let out = child.wait_with_output().expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    app.stop().await;
+}

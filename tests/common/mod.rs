@@ -1,0 +1,234 @@
+//! Shared helpers for integration tests: the real server in-process on port 0,
+//! a simulated fleet on loopback, and typed request helpers.
+#![allow(dead_code)]
+
+use pollster::app::Application;
+use pollster::config::{self, Config};
+use pollster::fleet::{Behaviour, Fleet};
+use pollster::model::{GroupDef, InstanceConfig, TypeDef};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub token: String,
+    pub client: reqwest::Client,
+    pub fleet: Fleet,
+    pub data_dir: tempfile::TempDir,
+    config: Config,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A type whose one group polls as fast as the adaptive bounds allow, so the
+/// failure rules run in milliseconds.
+pub fn fast_type() -> TypeDef {
+    TypeDef {
+        name: "fast".into(),
+        groups: vec![GroupDef {
+            name: "probe".into(),
+            path: String::new(),
+            priority: 1,
+            floor: Duration::from_millis(100),
+            cost: 1.0,
+            gated: true,
+            enabled_when: None,
+            shape_from: None,
+            item_field: None,
+            fan_out: None,
+            forward: false,
+        }],
+    }
+}
+
+pub fn instance(name: &str, type_name: &str, url: String) -> InstanceConfig {
+    InstanceConfig {
+        name: name.into(),
+        type_name: type_name.into(),
+        url,
+        timeout: Duration::from_millis(500),
+        budget: None,
+        labels: BTreeMap::new(),
+        enabled: true,
+        auth: Default::default(),
+        tls_verify: true,
+        tls_fingerprint: None,
+        max_response_bytes: 1 << 20,
+    }
+}
+
+/// Config with failure rules shortened to milliseconds and adaptive bounds
+/// of 100 ms … 1 s.
+pub fn fast_config(env: &BTreeMap<String, String>) -> Config {
+    let mut c = config::load(None, env).expect("default config loads");
+    let m = &mut c.monitoring_file;
+    m.adaptive.min_interval = Duration::from_millis(100);
+    m.adaptive.base_interval = Duration::from_millis(200);
+    m.adaptive.max_interval = Duration::from_secs(1);
+    m.failure.backoff_initial = Duration::from_millis(150);
+    m.failure.backoff_jitter = 0.0;
+    m.failure.backoff_max = Duration::from_secs(2);
+    m.failure.dead_letter_recheck = Duration::from_millis(1500);
+    m.scheduler.state_flush_interval = Duration::from_millis(100);
+    c.types.push(fast_type());
+    c
+}
+
+impl TestApp {
+    /// Start the fleet, then the app with one `fast` instance per fleet member.
+    pub async fn spawn(members: Vec<(&str, Behaviour)>) -> TestApp {
+        Self::spawn_with(members, &BTreeMap::new(), |_| {}).await
+    }
+
+    pub async fn spawn_with(
+        members: Vec<(&str, Behaviour)>,
+        env: &BTreeMap<String, String>,
+        tweak: impl FnOnce(&mut Config),
+    ) -> TestApp {
+        let fleet = Fleet::start(
+            "127.0.0.1:0".parse().expect("addr"),
+            members.iter().map(|(n, b)| (n.to_string(), b.clone())).collect(),
+        )
+        .await
+        .expect("fleet starts");
+        let data_dir = tempfile::tempdir().expect("tempdir");
+        let mut c = fast_config(env);
+        c.server.data_dir = data_dir.path().to_path_buf();
+        c.instances = members.iter().map(|(n, _)| instance(n, "fast", fleet.url(n))).collect();
+        tweak(&mut c);
+        Self::start(fleet, data_dir, c).await
+    }
+
+    async fn start(fleet: Fleet, data_dir: tempfile::TempDir, c: Config) -> TestApp {
+        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let app = Application::build_with_listeners(c.clone(), api, metrics)
+            .await
+            .expect("app builds");
+        let (token, _) = app
+            .shared()
+            .store
+            .create_token("tests", pollster::model::Timestamp::now())
+            .expect("token");
+        let addr = app.api_addr();
+        let metrics_addr = app.metrics_addr();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            app.run_until_stopped(async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        TestApp {
+            addr,
+            metrics_addr,
+            token,
+            client: reqwest::Client::new(),
+            fleet,
+            data_dir,
+            config: c,
+            stop: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn get_json(&self, path: &str) -> Value {
+        let r = self.get(path).await;
+        assert!(r.status().is_success(), "GET {path}: {}", r.status());
+        r.json().await.expect("json")
+    }
+
+    pub async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.client.request(method, self.url(path)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let r = req.send().await.expect("request");
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn health(&self) -> Value {
+        self.get_json("/api/monitoring/scheduler/health").await
+    }
+
+    /// Poll the health API until `pred` holds; panic with the last document
+    /// after `within`.
+    pub async fn wait_health(&self, within: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let h = self.health().await;
+            if pred(&h) {
+                return h;
+            }
+            if start.elapsed() > within {
+                panic!("timed out waiting for {what}; last health: {h:#}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stop gracefully and start again on the same data directory and fleet.
+    pub async fn restart(mut self) -> TestApp {
+        self.shutdown().await;
+        let fleet = std::mem::replace(
+            &mut self.fleet,
+            Fleet::start("127.0.0.1:0".parse().expect("addr"), vec![])
+                .await
+                .expect("fleet"),
+        );
+        let data_dir = std::mem::replace(&mut self.data_dir, tempfile::tempdir().expect("tempdir"));
+        Self::start(fleet, data_dir, self.config.clone()).await
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(s) = self.server.take() {
+            let _ = s.await;
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(s) = self.server.take() {
+            let _ = s.await;
+        }
+    }
+}
+
+pub fn breaker<'a>(h: &'a Value, instance: &str) -> Option<&'a Value> {
+    h["breakers"].as_array()?.iter().find(|b| b["instance"] == instance)
+}
+
+pub fn dead_letter<'a>(h: &'a Value, instance: &str) -> Option<&'a Value> {
+    h["deadLetter"]["tasks"]
+        .as_array()?
+        .iter()
+        .find(|b| b["instance"] == instance)
+}
+
+pub fn staleness<'a>(h: &'a Value, instance: &str) -> Option<&'a Value> {
+    h["staleness"].as_array()?.iter().find(|b| b["instance"] == instance)
+}

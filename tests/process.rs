@@ -1,0 +1,347 @@
+//! The real binary: bad configuration exit codes, admin commands, and a
+//! restart after SIGKILL on the same data directory.
+
+use pollster::fleet::{Behaviour, Fleet};
+use serde_json::Value;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pollster");
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write config");
+    p
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn bad_config_exits_2_naming_file_key_and_value() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        ("typo.toml", "[scheduler]\nwokers = 4\n", "scheduler.wokers"),
+        (
+            "duration.toml",
+            "[adaptive]\nbase_interval = \"ten seconds\"\n",
+            "ten seconds",
+        ),
+        (
+            "order.toml",
+            "[adaptive]\nmin_interval = \"20s\"\n",
+            "adaptive.min_interval",
+        ),
+        (
+            "range.toml",
+            "[scheduler]\ntarget_utilization = 3.0\n",
+            "scheduler.target_utilization",
+        ),
+        (
+            "dup.toml",
+            "[[instances]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/\"\n[[instances]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/\"\n",
+            "instances[1].name",
+        ),
+        (
+            "type.toml",
+            "[[instances]]\nname = \"a\"\ntype = \"nope\"\nurl = \"http://127.0.0.1:1/\"\n",
+            "nope",
+        ),
+        ("syntax.toml", "[server\nlisten = 1\n", "syntax.toml"),
+    ];
+    for (name, text, expect) in cases {
+        let p = write(dir.path(), name, text);
+        let path = p.to_string_lossy().to_string();
+        let (code, _, err) = run(&["check-config", &path]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains(&path), "{name}: file not named: {err}");
+        assert!(err.contains(expect), "{name}: expected {expect:?} in {err}");
+        let (code, _, err2) = run(&["serve", "--config", &path]);
+        assert_eq!(code, 2, "serve {name}: {err2}");
+    }
+    let (code, _, err) = run(&["check-config", "/nonexistent/pollster.toml"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/pollster.toml"), "{err}");
+
+    let good = write(dir.path(), "good.toml", "[adaptive]\nmin_interval = \"250ms\"\n");
+    let (code, out, err) = run(&["check-config", &good.to_string_lossy()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("OK"));
+}
+
+#[test]
+fn version_and_help() {
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(out.contains(env!("CARGO_PKG_VERSION")));
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    for cmd in ["serve", "demo", "check-config", "admin"] {
+        assert!(out.contains(cmd), "{cmd} missing from --help");
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+struct Server {
+    child: Child,
+    api: String,
+    token: String,
+}
+
+impl Server {
+    fn start(config: &Path, api_port: u16, token: &str) -> Server {
+        let log =
+            std::fs::File::create(config.with_extension(format!("log.{}", std::process::id()))).expect("log file");
+        let child = Command::new(BIN)
+            .args(["serve", "--config", &config.to_string_lossy()])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("server starts");
+        Server {
+            child,
+            api: format!("http://127.0.0.1:{api_port}"),
+            token: token.into(),
+        }
+    }
+
+    async fn wait_ready(&self, client: &reqwest::Client) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok(r) = client.get(format!("{}/readyz", self.api)).send().await
+                && r.status().is_success()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("server not ready");
+    }
+
+    async fn health(&self, client: &reqwest::Client) -> Value {
+        client
+            .get(format!("{}/api/monitoring/scheduler/health", self.api))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("health")
+            .json()
+            .await
+            .expect("json")
+    }
+
+    fn kill9(mut self) {
+        // SIGKILL: no chance to flush.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn find<'a>(list: &'a Value, instance: &str) -> Option<&'a Value> {
+    list.as_array()?.iter().find(|e| e["instance"] == instance)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_survives_sigkill_and_overdue_tasks_are_spread() {
+    const HEALTHY: usize = 100;
+    let mut members = vec![
+        ("dead".to_string(), Behaviour::Unauthorized),
+        ("tripped".to_string(), Behaviour::ServerError),
+    ];
+    for i in 0..HEALTHY {
+        members.push((format!("ok-{i:03}"), Behaviour::Healthy));
+    }
+    let fleet = Fleet::start("127.0.0.1:0".parse().expect("addr"), members.clone())
+        .await
+        .expect("fleet");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let api_port = free_port();
+    let metrics_port = free_port();
+    let mut cfg = format!(
+        "[server]\nlisten = \"127.0.0.1:{api_port}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\ndata_dir = \"{}\"\n\n\
+         [adaptive]\nenabled = false\n\n\
+         [scheduler]\nstate_flush_interval = \"100ms\"\n\n\
+         [failure]\nbackoff_initial = \"60s\"\nbackoff_jitter = 0.0\nbreaker_threshold = 1\n\n\
+         [[types]]\nname = \"every4s\"\n[[types.groups]]\nname = \"probe\"\npath = \"\"\npriority = 1\nfloor = \"4s\"\n\n",
+        data.display()
+    );
+    for (name, _) in &members {
+        cfg.push_str(&format!(
+            "[[instances]]\nname = \"{name}\"\ntype = \"every4s\"\nurl = \"{}\"\ntimeout = \"1s\"\n\n",
+            fleet.url(name)
+        ));
+    }
+    let config = write(dir.path(), "pollster.toml", &cfg);
+    let cfg_path = config.to_string_lossy().to_string();
+
+    let (code, token, err) = run(&["admin", "create-token", "--config", &cfg_path, "--name", "test"]);
+    assert_eq!(code, 0, "{err}");
+    let token = token.trim().to_string();
+    assert!(token.starts_with("pst_"));
+
+    let client = reqwest::Client::new();
+    let server = Server::start(&config, api_port, &token);
+    server.wait_ready(&client).await;
+
+    // Wait until the dead-letter entry and the open breaker are visible: from
+    // then on they are acknowledged, so they must survive a SIGKILL.
+    let mut before = Value::Null;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(15) {
+        before = server.health(&client).await;
+        let tripped = find(&before["breakers"], "tripped").is_some_and(|b| b["state"] == "open");
+        let all_polled = fleet.total_hits() >= (HEALTHY + 2) as u64;
+        if find(&before["deadLetter"]["tasks"], "dead").is_some() && tripped && all_polled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dead_before = find(&before["deadLetter"]["tasks"], "dead")
+        .cloned()
+        .expect("dead-lettered");
+    let tripped_before = find(&before["breakers"], "tripped").cloned().expect("breaker open");
+
+    // The running server holds the database: admin commands refuse politely.
+    let (code, _, err) = run(&["admin", "dlq", "list", "--config", &cfg_path]);
+    assert_eq!(code, 1);
+    assert!(err.contains("running Pollster server"), "{err}");
+
+    // Let one flush window pass for the healthy tasks' timing state.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill9();
+
+    // Offline admin: the dead-letter queue is readable from the file.
+    let (code, out, err) = run(&["admin", "dlq", "list", "--config", &cfg_path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("dead/probe"), "{out}");
+
+    // Wait until every healthy task is overdue, then restart.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let hits_at_restart = fleet.total_hits();
+    let tripped_hits = fleet.hits("tripped");
+    let restarted = Instant::now();
+    let server = Server::start(&config, api_port, &token);
+
+    // Record when each post-restart poll lands.
+    let mut timeline = Vec::new();
+    let mut last = hits_at_restart;
+    while restarted.elapsed() < Duration::from_secs(8) && last < hits_at_restart + HEALTHY as u64 {
+        let now = fleet.total_hits();
+        for _ in last..now {
+            timeline.push(restarted.elapsed());
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        timeline.len() >= HEALTHY * 9 / 10,
+        "only {} polls after restart",
+        timeline.len()
+    );
+    // Overdue tasks are spread over their phase window (here 2 s), not fired
+    // as one burst: the 10th and 80th polls are far apart.
+    let spread = timeline[HEALTHY * 8 / 10] - timeline[HEALTHY / 10];
+    assert!(
+        spread >= Duration::from_millis(700),
+        "overdue polls fired in a burst: {spread:?} {timeline:?}"
+    );
+
+    server.wait_ready(&client).await;
+    let after = server.health(&client).await;
+    let dead_after = find(&after["deadLetter"]["tasks"], "dead").expect("dead-letter entry survived SIGKILL");
+    assert_eq!(dead_after["nextRun"], dead_before["nextRun"], "recheck time kept");
+    assert_eq!(dead_after["failures"], dead_before["failures"]);
+    let tripped_after = find(&after["breakers"], "tripped").expect("open breaker survived SIGKILL");
+    assert_eq!(tripped_after["state"], "open");
+    assert_eq!(tripped_after["retryAt"], tripped_before["retryAt"], "retry time kept");
+    assert_eq!(
+        fleet.hits("tripped"),
+        tripped_hits,
+        "an open breaker is not probed before retryAt"
+    );
+    assert_eq!(
+        fleet.hits("dead"),
+        1,
+        "a dead-lettered task is not probed before its recheck"
+    );
+
+    // A second server on the same data directory is refused.
+    let second_api = free_port();
+    let second_cfg = write(
+        dir.path(),
+        "second.toml",
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:{second_api}\"\nmetrics_listen = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n",
+            free_port(),
+            data.display()
+        ),
+    );
+    let (code, _, err) = run(&["serve", "--config", &second_cfg.to_string_lossy()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("running Pollster server"), "{err}");
+    drop(server);
+    fleet.stop().await;
+}
+
+#[test]
+fn admin_set_password_reads_stdin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_string_lossy().to_string();
+    let mut child = Command::new(BIN)
+        .args(["admin", "set-password", "--data-dir", &d])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"a-long-password\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("exit");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let store = pollster::store::Store::open(dir.path()).expect("open");
+    let u = store.get_user("admin").expect("read").expect("admin exists");
+    assert!(pollster::accounts::verify_password("a-long-password", &u.password_hash));
+    drop(store);
+
+    let mut child = Command::new(BIN)
+        .args(["admin", "set-password", "--data-dir", &d])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    child.stdin.take().expect("stdin").write_all(b"short\n").expect("write");
+    let out = child.wait_with_output().expect("exit");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 8"));
+}
