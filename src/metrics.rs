@@ -18,6 +18,10 @@ use std::sync::{Arc, Mutex};
 
 /// Poll duration buckets, 10 ms … 30 s.
 pub const DURATION_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+/// Dispatch lateness buckets, 0.5 ms … 60 s: fine below 10 ms, the goal.
+pub const LATENESS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 15.0, 60.0,
+];
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -25,6 +29,8 @@ pub struct Metrics {
     pub poll_total: IntCounterVec,
     pub poll_duration: HistogramVec,
     pub poll_errors: IntCounterVec,
+    /// How late each dispatch was against its due time (queue wait).
+    pub dispatch_lateness: prometheus::Histogram,
 }
 
 impl Metrics {
@@ -52,6 +58,14 @@ impl Metrics {
             ),
             &["instance_type", "instance", "group", "category"],
         )?;
+        let dispatch_lateness = prometheus::Histogram::with_opts(
+            HistogramOpts::new(
+                "pollster_scheduler_dispatch_lateness_seconds",
+                "Time from a task's due time to its dispatch to a worker.",
+            )
+            .buckets(LATENESS_BUCKETS.to_vec()),
+        )?;
+        registry.register(Box::new(dispatch_lateness.clone()))?;
         registry.register(Box::new(poll_total.clone()))?;
         registry.register(Box::new(poll_duration.clone()))?;
         registry.register(Box::new(poll_errors.clone()))?;
@@ -63,6 +77,7 @@ impl Metrics {
             poll_total,
             poll_duration,
             poll_errors,
+            dispatch_lateness,
         })
     }
 

@@ -874,6 +874,15 @@ pub enum DeadLetterReason {
     PermanentFailure,
 }
 
+impl DeadLetterReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterReason::MaxRetryAttempts => "max_retry_attempts",
+            DeadLetterReason::PermanentFailure => "permanent_failure",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct DeadLetterRecord {

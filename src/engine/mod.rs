@@ -318,6 +318,7 @@ async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             while s.in_flight() < workers {
                 let Some(d) = s.pop_due(now) else { break };
                 dispatched = true;
+                shared.metrics.dispatch_lateness.observe(now.since(d.due).as_secs_f64());
                 tokio::spawn(run_poll(shared.clone(), d));
             }
             if dispatched {
@@ -428,7 +429,7 @@ fn log_transition(key: &TaskKey, t: &Transition, result: &PollResult) {
     match t.dead_letter {
         Some(DeadLetterMove::Entered(reason)) => tracing::warn!(
             task = %key,
-            reason = ?reason,
+            reason = reason.as_str(),
             error = err.map(|e| e.message.as_str()).unwrap_or(""),
             "Routing task to dead-letter queue"
         ),
