@@ -114,7 +114,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
     );
     println!();
     println!("  Health API   curl -H 'Authorization: Bearer {token}' http://{api}/api/monitoring/scheduler/health");
-    println!("  Web / API    http://{api}/");
+    println!("  API          http://{api}/api/openapi.json");
     println!("  Metrics      http://{metrics}/metrics");
     println!("  API token    {token}");
     println!("  Data         {}", args.data_dir.display());

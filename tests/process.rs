@@ -345,3 +345,57 @@ fn admin_set_password_reads_stdin() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 8"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_cleanly_and_flushes() {
+    let fleet = Fleet::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        vec![("t".to_string(), Behaviour::Healthy)],
+    )
+    .await
+    .expect("fleet");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let api_port = free_port();
+    let cfg = format!(
+        "[server]\nlisten = \"127.0.0.1:{api_port}\"\nmetrics_listen = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n\
+         [scheduler]\nstate_flush_interval = \"60s\"\n\
+         [[instances]]\nname = \"t\"\nurl = \"{}\"\n",
+        free_port(),
+        data.display(),
+        fleet.url("t")
+    );
+    let config = write(dir.path(), "pollster.toml", &cfg);
+    let client = reqwest::Client::new();
+    let mut server = Server::start(&config, api_port, "");
+    server.wait_ready(&client).await;
+    let start = Instant::now();
+    while fleet.hits("t") == 0 && start.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pid = server.child.id().to_string();
+    let status = Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
+    assert!(status.success());
+    let stopped = Instant::now();
+    let code = loop {
+        if let Some(s) = server.child.try_wait().expect("wait") {
+            break s.code();
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "did not stop within 10 s of SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(code, Some(0));
+    let store = pollster::store::Store::open(&data).expect("open");
+    let (tasks, _) = store.load_tasks().expect("load");
+    assert!(
+        tasks
+            .iter()
+            .any(|(k, r)| &*k.instance == "t" && r.last_success.is_some()),
+        "the shutdown flush wrote the poll's state: {tasks:?}"
+    );
+    fleet.stop().await;
+}

@@ -286,3 +286,27 @@ async fn settings_apply_at_once_and_env_locks_fields() {
     assert_eq!(app.health().await["enabled"], false);
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_flushes_state() {
+    let env = BTreeMap::new();
+    // A flush window far longer than the test: only the shutdown flush can
+    // have written the task's state.
+    let app = TestApp::spawn_with(vec![("fresh", Behaviour::Healthy)], &env, |c| {
+        c.monitoring_file.scheduler.state_flush_interval = Duration::from_secs(60)
+    })
+    .await;
+    app.wait_health(WAIT, "a success", |h| {
+        staleness(h, "fresh").is_some_and(|s| s["lastSuccess"].is_string())
+    })
+    .await;
+    let dir = app.data_dir.path().to_path_buf();
+    let keep = app.keep_data_dir().await;
+    let store = pollster::store::Store::open(&dir).expect("database is free after shutdown");
+    let (tasks, bad) = store.load_tasks().expect("load");
+    assert!(bad.is_empty());
+    let (_, rec) = tasks.iter().find(|(k, _)| &*k.instance == "fresh").expect("task row");
+    assert!(rec.last_success.is_some(), "{rec:?}");
+    assert!(rec.digest.is_some());
+    drop(keep);
+}

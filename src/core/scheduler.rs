@@ -563,6 +563,49 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Poll latency and dispatch lateness never move a succeeding task's
+        /// due times: two runs with the same seed and different latencies
+        /// see exactly the same sequence of due times.
+        #[test]
+        fn due_times_do_not_drift_with_latency(
+            seed: u64,
+            adaptive: bool,
+            lat_a in proptest::collection::vec(0u64..4_000, 40),
+            lat_b in proptest::collection::vec(0u64..4_000, 40),
+            digests in proptest::collection::vec(0u64..3, 40),
+        ) {
+            let run = |lat: &[u64]| {
+                let mut settings = MonitoringSettings::default();
+                settings.adaptive.enabled = adaptive;
+                let mut s = Scheduler::new(settings);
+                let mut rng = SmallRng::seed_from_u64(seed);
+                let start = Timestamp(1_000_000);
+                s.place(k("a"), meta(5), None, start, true);
+                let mut dues = Vec::new();
+                for (i, l) in lat.iter().enumerate() {
+                    let due = s.next_wakeup().unwrap_or_default();
+                    // dispatched up to 1 s late, finishing `l` ms after that
+                    let dispatched = due.plus(Duration::from_millis(l / 4));
+                    let d = s.pop_due(dispatched).expect("due");
+                    dues.push(d.due);
+                    s.complete(&d.key, &ok(digests[i]), dispatched.plus(Duration::from_millis(*l)), &mut rng);
+                }
+                dues
+            };
+            let a = run(&lat_a);
+            let b = run(&lat_b);
+            proptest::prop_assert_eq!(&a, &b);
+            for w in a.windows(2) {
+                let gap = w[1].since(w[0]);
+                proptest::prop_assert!(gap >= Duration::from_secs(5), "never below the planned interval: {:?}", gap);
+                if !adaptive {
+                    proptest::prop_assert_eq!(gap, Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
     #[test]
     fn dead_letter_completion_is_planned_before_it_is_visible() {
         let mut settings = MonitoringSettings::default();

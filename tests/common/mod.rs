@@ -208,6 +208,12 @@ impl TestApp {
         }
     }
 
+    /// Stop gracefully and hand back the data directory for inspection.
+    pub async fn keep_data_dir(mut self) -> tempfile::TempDir {
+        self.shutdown().await;
+        std::mem::replace(&mut self.data_dir, tempfile::tempdir().expect("tempdir"))
+    }
+
     pub async fn stop(mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
