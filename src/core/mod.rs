@@ -6,6 +6,7 @@
 //! (`crate::engine`) owns the only clock and the only I/O.
 
 pub mod backoff;
+pub mod classify;
 pub mod interval;
 pub mod phase;
 pub mod queue;
