@@ -34,6 +34,8 @@ use tokio::sync::{Notify, watch};
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Due tasks waiting this long with no dispatch make the appliance unready.
 pub const STALL_AFTER: Duration = Duration::from_secs(30);
+/// Per-minute history kept for the dashboard charts (which show 24 h).
+pub const HISTORY_RETENTION: Duration = Duration::from_secs(48 * 3600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -61,7 +63,9 @@ pub struct Shared {
     idle: Notify,
     ready: AtomicBool,
     last_dispatch_ms: AtomicU64,
-    stopping: AtomicBool,
+    /// Polls and failed polls in the current minute, for the history.
+    minute_polls: AtomicU64,
+    minute_errors: AtomicU64,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -94,7 +98,8 @@ impl Shared {
             idle: Notify::new(),
             ready: AtomicBool::new(false),
             last_dispatch_ms: AtomicU64::new(0),
-            stopping: AtomicBool::new(false),
+            minute_polls: AtomicU64::new(0),
+            minute_errors: AtomicU64::new(0),
         }))
     }
 
@@ -168,6 +173,26 @@ impl Shared {
             return Err(e);
         }
         Ok(n)
+    }
+
+    /// Close the minute that started at `minute` (Unix seconds): store its
+    /// rollup and prune rows past the retention period.
+    pub async fn record_minute(&self, minute: u64) -> Result<(), EngineError> {
+        let rollup = {
+            let s = self.sched();
+            crate::store::Rollup {
+                polls: self.minute_polls.swap(0, Ordering::Relaxed),
+                errors: self.minute_errors.swap(0, Ordering::Relaxed),
+                queue_depth: s.queue_len() as u64,
+                dead_letter: s.dead_letters().len() as u64,
+            }
+        };
+        let keep_since = minute.saturating_sub(HISTORY_RETENTION.as_secs());
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.put_rollup(minute, &rollup, keep_since))
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))??;
+        Ok(())
     }
 
     /// Apply an operator action to one task and commit it before returning.
@@ -267,7 +292,8 @@ impl Engine {
         shared.ready.store(true, Ordering::Relaxed);
         let (stop, rx) = watch::channel(false);
         let dispatcher = tokio::spawn(dispatch_loop(shared.clone(), rx.clone()));
-        let flusher = tokio::spawn(flush_loop(shared.clone(), rx));
+        let flusher = tokio::spawn(flush_loop(shared.clone(), rx.clone()));
+        tokio::spawn(history_loop(shared.clone(), rx));
         Ok(Engine {
             shared,
             stop,
@@ -283,7 +309,6 @@ impl Engine {
     /// Stop dispatching, give polls in flight up to `grace` to finish, then
     /// flush state. Polls still running after that are abandoned.
     pub async fn shutdown(self, grace: Duration) {
-        self.shared.stopping.store(true, Ordering::Relaxed);
         let _ = self.stop.send(true);
         let _ = self.dispatcher.await;
         let deadline = tokio::time::Instant::now() + grace;
@@ -355,6 +380,21 @@ async fn flush_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
+async fn history_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let now = Timestamp::now().0 / 1000;
+        let minute = now - now % 60;
+        let wait = Duration::from_secs(minute + 60 - now);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => return,
+        }
+        if let Err(e) = shared.record_minute(minute).await {
+            tracing::warn!(error = %e, "could not record the minute's history");
+        }
+    }
+}
+
 fn deadline_error(timeout: Duration) -> PollError {
     PollError::new(
         ErrorCategory::Transient,
@@ -397,6 +437,10 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
             commit_then_apply(&shared, p, now).await;
         } else {
             shared.sched().apply(p, now);
+        }
+        shared.minute_polls.fetch_add(1, Ordering::Relaxed);
+        if result.is_err() {
+            shared.minute_errors.fetch_add(1, Ordering::Relaxed);
         }
         shared.metrics.observe_poll(
             &meta.type_name,

@@ -29,6 +29,7 @@
 
 mod backup;
 mod codec;
+mod history;
 mod records;
 mod schema;
 mod tables;
@@ -46,6 +47,7 @@ use redb::{
     Builder, Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, StorageError, WriteTransaction,
 };
 
+pub use history::Rollup;
 pub use records::LoadedTasks;
 pub use schema::SCHEMA_VERSION;
 pub use tokens::{TOKEN_PREFIX, TokenInfo};

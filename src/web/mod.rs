@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod chart;
 pub mod error;
 
 use crate::engine::Shared;
