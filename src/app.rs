@@ -43,6 +43,7 @@ pub struct Application {
     metrics: TcpListener,
     api_addr: SocketAddr,
     metrics_addr: SocketAddr,
+    trust_proxy: bool,
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
@@ -145,6 +146,7 @@ impl Application {
             metrics,
             api_addr,
             metrics_addr,
+            trust_proxy: config.server.trust_proxy,
         })
     }
 
@@ -163,18 +165,23 @@ impl Application {
     /// Serve until `shutdown` completes, then stop dispatching, let polls in
     /// flight finish (or abandon them after a bound) and flush state.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
-        let state = AppState {
-            shared: self.engine.shared().clone(),
-        };
+        let state = AppState::new(self.engine.shared().clone(), web::WebState::new(self.trust_proxy));
+        let pruner = tokio::spawn(web::session_store::prune_loop(
+            state.shared.store.clone(),
+            std::time::Duration::from_secs(600),
+        ));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|v| *v).await;
         };
         tracing::info!(api = %self.api_addr, metrics = %self.metrics_addr, "listening");
         let api = tokio::spawn(
-            axum::serve(self.api, web::router(state.clone()))
-                .with_graceful_shutdown(stopped(stop_rx.clone()))
-                .into_future(),
+            axum::serve(
+                self.api,
+                web::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
+            .into_future(),
         );
         let metrics = tokio::spawn(
             axum::serve(self.metrics, web::metrics_router(state))
@@ -185,12 +192,20 @@ impl Application {
         tracing::info!("shutting down");
         self.engine.shutdown(SHUTDOWN_GRACE).await;
         let _ = stop_tx.send(true);
-        // Open keep-alive connections must not hold the process up.
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        pruner.abort();
+        let _ = pruner.await;
+        // Open keep-alive connections must not hold the process (or the
+        // database) up: give them a moment, then drop the servers.
+        let (api_abort, metrics_abort) = (api.abort_handle(), metrics.abort_handle());
+        let drained = tokio::time::timeout(std::time::Duration::from_secs(2), async {
             let _ = api.await;
             let _ = metrics.await;
         })
         .await;
+        if drained.is_err() {
+            api_abort.abort();
+            metrics_abort.abort();
+        }
         tracing::info!("stopped");
         Ok(())
     }

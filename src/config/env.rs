@@ -132,6 +132,7 @@ pub(super) const SERVER_VARS: &[EnvVar<ServerConfig>] = &[
     flat!("POLLSTER_LISTEN", "server", listen, parse_addr),
     flat!("POLLSTER_METRICS_LISTEN", "server", metrics_listen, parse_addr),
     flat!("POLLSTER_DATA_DIR", "server", data_dir, parse_path),
+    flat!("POLLSTER_TRUST_PROXY", "server", trust_proxy, parse_bool),
 ];
 
 pub(super) const SINK_URL: &str = "POLLSTER_SINK_URL";

@@ -41,6 +41,10 @@ pub struct ServerConfig {
     /// Where the database lives. Relative paths are relative to the working
     /// directory; the packaged file sets `/var/lib/pollster`.
     pub data_dir: PathBuf,
+    /// Trust `X-Forwarded-For` / `X-Forwarded-Proto` from a reverse proxy in
+    /// front of Pollster (client address for login throttling, HTTPS for the
+    /// cookie's `Secure` flag). Off by default: a direct client could forge them.
+    pub trust_proxy: bool,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +53,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 7655)),
             metrics_listen: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 9091)),
             data_dir: PathBuf::from("./data"),
+            trust_proxy: false,
         }
     }
 }

@@ -827,12 +827,13 @@ fn known_env_vars_cover_every_scalar_setting() {
         "POLLSTER_LISTEN",
         "POLLSTER_METRICS_LISTEN",
         "POLLSTER_DATA_DIR",
+        "POLLSTER_TRUST_PROXY",
         "POLLSTER_ADMIN_PASSWORD",
     ] {
         assert!(known.contains(&var), "{var} missing");
     }
     // And nothing else.
-    assert_eq!(known.len(), 22 + 3 + 6 + 1);
+    assert_eq!(known.len(), 22 + 4 + 6 + 1);
 }
 
 #[test]

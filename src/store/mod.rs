@@ -32,6 +32,7 @@ mod codec;
 mod history;
 mod records;
 mod schema;
+mod sessions;
 mod tables;
 mod tokens;
 mod users;
@@ -50,6 +51,7 @@ use redb::{
 pub use history::Rollup;
 pub use records::LoadedTasks;
 pub use schema::SCHEMA_VERSION;
+pub use sessions::SessionRow;
 pub use tokens::{TOKEN_PREFIX, TokenInfo};
 pub use users::UserRecord;
 

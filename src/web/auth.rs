@@ -1,16 +1,28 @@
-//! Who is calling. Every route but `/healthz` and `/readyz` needs a
-//! principal: an API token (`Authorization: Bearer …`) now, a browser session
-//! later; handlers see only [`Principal`], so both kinds fit the same layer.
+//! Who is calling. Every route but `/healthz`, `/readyz`, `/login`, `/setup`
+//! (before an admin exists) and static assets needs a principal: an API token
+//! (`Authorization: Bearer …`) or a logged-in browser session. Handlers see
+//! only [`Principal`].
+//!
+//! Browser requests that change something pass two checks: the request must
+//! be same-origin (`Sec-Fetch-Site` / `Origin`), and it must carry the
+//! session's CSRF token (form field `_csrf`, or header `X-CSRF-Token` for
+//! scripts). Token-authenticated API calls carry no cookie, so they need
+//! neither.
 
 use super::AppState;
 use super::error::ApiError;
+use super::session::{self, CSRF_FIELD, CSRF_HEADER};
+use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Redirect, Response};
+use tower_sessions::Session;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Principal {
     Token { id: String, name: String },
+    Session { user: String },
 }
 
 impl Principal {
@@ -18,30 +30,102 @@ impl Principal {
     pub fn actor(&self) -> String {
         match self {
             Principal::Token { name, id } => format!("token:{name}({id})"),
+            Principal::Session { user } => format!("user:{user}"),
         }
     }
 }
 
 fn bearer(req: &Request) -> Option<&str> {
-    let v = req.headers().get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let v = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = v.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
 }
 
-pub async fn require_auth(State(app): State<AppState>, mut req: Request, next: Next) -> Result<Response, ApiError> {
-    let Some(token) = bearer(&req).map(str::to_owned) else {
+/// `/api`: a valid bearer token, or a session (with CSRF checks on changes).
+pub async fn require_auth(
+    State(app): State<AppState>,
+    session: Session,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if let Some(token) = bearer(&req).map(str::to_owned) {
+        let store = app.shared.store.clone();
+        let found = tokio::task::spawn_blocking(move || store.verify_token(&token))
+            .await
+            .map_err(ApiError::internal)??;
+        let Some(info) = found else {
+            return Err(ApiError::unauthorized());
+        };
+        req.extensions_mut().insert(Principal::Token {
+            id: info.id,
+            name: info.name,
+        });
+        return Ok(next.run(req).await);
+    }
+    let Some(user) = session::user(&session).await else {
         return Err(ApiError::unauthorized());
     };
-    let store = app.shared.store.clone();
-    let found = tokio::task::spawn_blocking(move || store.verify_token(&token))
-        .await
-        .map_err(ApiError::internal)??;
-    let Some(info) = found else {
-        return Err(ApiError::unauthorized());
-    };
-    req.extensions_mut().insert(Principal::Token {
-        id: info.id,
-        name: info.name,
-    });
+    if !session::is_safe(req.method()) {
+        session::same_origin(req.headers()).map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "csrf", m))?;
+        let sent = req
+            .headers()
+            .get(CSRF_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let expected = session::csrf_token(&session).await;
+        if !session::same_token(sent, &expected) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "csrf",
+                "missing or wrong X-CSRF-Token header for a session-authenticated change",
+            ));
+        }
+    }
+    req.extensions_mut().insert(Principal::Session { user });
     Ok(next.run(req).await)
+}
+
+/// Pages: a logged-in session, or a redirect to `/login` (to `/setup` while
+/// no admin exists).
+pub async fn require_login(State(app): State<AppState>, session: Session, mut req: Request, next: Next) -> Response {
+    match session::user(&session).await {
+        Some(user) => {
+            req.extensions_mut().insert(Principal::Session { user });
+            next.run(req).await
+        }
+        None => {
+            let target = if app.admin_exists().await { "/login" } else { "/setup" };
+            Redirect::to(target).into_response()
+        }
+    }
+}
+
+/// Every state-changing page request: same-origin and the form's `_csrf`
+/// field equal to the session's token. The form body is read here (bounded)
+/// and handed on unchanged.
+pub async fn csrf_form(session: Session, req: Request, next: Next) -> Response {
+    if session::is_safe(req.method()) {
+        return next.run(req).await;
+    }
+    if let Err(m) = session::same_origin(req.headers()) {
+        return (StatusCode::FORBIDDEN, m).into_response();
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, 256 * 1024).await {
+        Ok(b) => b,
+        Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "form too large").into_response(),
+    };
+    let sent = form_urlencoded::parse(&bytes)
+        .find(|(k, _)| k == CSRF_FIELD)
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default();
+    let expected = session::csrf_token(&session).await;
+    if !session::same_token(&sent, &expected) {
+        return (
+            StatusCode::FORBIDDEN,
+            "This form has expired or did not come from this site. Go back, reload the page and try again.",
+        )
+            .into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
 }

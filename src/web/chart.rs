@@ -82,7 +82,7 @@ pub fn line_chart(title: &str, from: u64, to: u64, series: &[Series<'_>], width:
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{t}" preserveAspectRatio="none"><title>{t}</title>"#,
+        r#"<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{t}"><title>{t}</title>"#,
         t = escape(title)
     );
     for i in 0..=2 {

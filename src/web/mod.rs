@@ -3,9 +3,15 @@
 //! metrics are never exposed with the UI by accident.
 
 pub mod api;
+pub mod assets;
 pub mod auth;
 pub mod chart;
 pub mod error;
+pub mod ops;
+pub mod pages;
+pub mod session;
+pub mod session_store;
+pub mod throttle;
 
 use crate::engine::Shared;
 use axum::Router;
@@ -13,10 +19,64 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
 use std::sync::Arc;
+use tower_sessions::SessionManagerLayer;
 
 #[derive(Clone)]
 pub struct AppState {
     pub shared: Arc<Shared>,
+    pub web: Arc<WebState>,
+}
+
+/// State of the browser side.
+#[derive(Debug, Default)]
+pub struct WebState {
+    pub throttle: std::sync::Mutex<throttle::LoginThrottle>,
+    /// Trust `X-Forwarded-For` / `X-Forwarded-Proto` (operator setting).
+    pub trust_proxy: bool,
+    /// An admin exists (once true, stays true).
+    pub admin_known: std::sync::atomic::AtomicBool,
+    /// Serialises first-run setup.
+    pub setup_lock: tokio::sync::Mutex<()>,
+}
+
+impl WebState {
+    pub fn new(trust_proxy: bool) -> Self {
+        WebState {
+            trust_proxy,
+            ..Default::default()
+        }
+    }
+
+    pub fn throttle(&self) -> std::sync::MutexGuard<'_, throttle::LoginThrottle> {
+        self.throttle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl AppState {
+    pub fn new(shared: Arc<Shared>, web: WebState) -> Self {
+        AppState {
+            shared,
+            web: Arc::new(web),
+        }
+    }
+
+    /// Whether the admin account exists (setup is then closed).
+    pub async fn admin_exists(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.web.admin_known.load(Ordering::Relaxed) {
+            return true;
+        }
+        let store = self.shared.store.clone();
+        let exists = tokio::task::spawn_blocking(move || store.user_count().map(|n| n > 0))
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+            .unwrap_or(false);
+        if exists {
+            self.web.admin_known.store(true, Ordering::Relaxed);
+        }
+        exists
+    }
 }
 
 /// Every authenticated `/api` route (relative to `/api`). The auth layer
@@ -57,13 +117,78 @@ async fn api_not_found() -> error::ApiError {
     error::ApiError::not_found("no such API route")
 }
 
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "pollster_session";
+/// A session ends after this long without a request.
+pub const SESSION_IDLE: time::Duration = time::Duration::hours(12);
+
+pub fn session_layer(store: crate::store::Store) -> SessionManagerLayer<session_store::RedbSessionStore> {
+    SessionManagerLayer::new(session_store::RedbSessionStore::new(store))
+        .with_name(SESSION_COOKIE)
+        .with_http_only(true)
+        .with_same_site(tower_sessions::cookie::SameSite::Strict)
+        .with_secure(false)
+        .with_path("/")
+        .with_expiry(tower_sessions::Expiry::OnInactivity(SESSION_IDLE))
+}
+
 pub fn router(state: AppState) -> Router {
+    let protected = pages::protected()
+        .layer(axum::middleware::from_fn(auth::csrf_form))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_login));
+    let public = pages::public().layer(axum::middleware::from_fn(auth::csrf_form));
     Router::new()
         .route("/healthz", get(api::health::healthz))
         .route("/readyz", get(api::health::readyz))
+        .route("/static/{*path}", get(assets::serve))
+        .merge(public)
+        .merge(protected)
         .nest("/api", api_router(state.clone()))
+        .fallback(page_not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), secure_cookie))
+        .layer(session_layer(state.shared.store.clone()))
         .layer(axum::extract::DefaultBodyLimit::max(1024 * 1024))
         .with_state(state)
+}
+
+/// Unknown pages: a login first, then a plain 404.
+async fn page_not_found(session: tower_sessions::Session) -> axum::response::Response {
+    if session::user(&session).await.is_none() {
+        return axum::response::Redirect::to("/login").into_response();
+    }
+    (StatusCode::NOT_FOUND, "No such page.").into_response()
+}
+
+/// Mark the session cookie `Secure` when the request came over HTTPS through
+/// a proxy the operator trusts (Pollster itself listens on plain HTTP).
+async fn secure_cookie(
+    axum::extract::State(app): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let https = app.web.trust_proxy
+        && req
+            .headers()
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+    let mut resp = next.run(req).await;
+    if https {
+        let cookies: Vec<_> = resp.headers().get_all(header::SET_COOKIE).iter().cloned().collect();
+        resp.headers_mut().remove(header::SET_COOKIE);
+        for c in cookies {
+            let v = c.to_str().unwrap_or_default();
+            let v = if v.to_ascii_lowercase().contains("; secure") {
+                v.to_string()
+            } else {
+                format!("{v}; Secure")
+            };
+            if let Ok(hv) = axum::http::HeaderValue::from_str(&v) {
+                resp.headers_mut().append(header::SET_COOKIE, hv);
+            }
+        }
+    }
+    resp
 }
 
 pub fn metrics_router(state: AppState) -> Router {

@@ -2,6 +2,8 @@
 //! a simulated fleet on loopback, and typed request helpers.
 #![allow(dead_code)]
 
+pub mod webdriver;
+
 use pollster::app::Application;
 use pollster::config::{self, Config};
 use pollster::fleet::{Behaviour, Fleet};

@@ -1,0 +1,222 @@
+//! Operations shared by the JSON API and the pages: one implementation of
+//! each change, whatever surface asks for it. Errors come back as
+//! [`ApiError`]; pages turn them into inline messages.
+
+use super::AppState;
+use super::error::ApiError;
+use crate::engine::settings::SettingsError;
+use crate::model::{ErrorCategory, ErrorKind, FieldError, InstanceConfig};
+use serde::Serialize;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+pub const SETTINGS_KEY: &str = "monitoring";
+
+fn validate(app: &AppState, i: &InstanceConfig) -> Result<(), ApiError> {
+    i.validate_fields().map_err(ApiError::invalid)?;
+    app.shared.catalog().check_references(i).map_err(ApiError::invalid)?;
+    Ok(())
+}
+
+async fn persist(app: &AppState, i: InstanceConfig) -> Result<(), ApiError> {
+    let store = app.shared.store.clone();
+    let saved = i.clone();
+    tokio::task::spawn_blocking(move || store.put_instance(&saved))
+        .await
+        .map_err(ApiError::internal)??;
+    let mut cat = (*app.shared.catalog()).clone();
+    cat.insert(i, false);
+    app.shared.set_catalog(cat);
+    Ok(())
+}
+
+fn provisioned(name: &str, verb: &str) -> ApiError {
+    ApiError::conflict(
+        "provisioned",
+        format!("instance {name:?} is defined in the config file; {verb} it there"),
+    )
+}
+
+pub async fn create_instance(app: &AppState, i: InstanceConfig, actor: &str) -> Result<(), ApiError> {
+    validate(app, &i)?;
+    let _edit = app.shared.catalog_edit.lock().await;
+    if app.shared.catalog().instances.contains_key(&i.name) {
+        return Err(ApiError {
+            field: Some("name".into()),
+            ..ApiError::conflict("duplicate", format!("an instance named {:?} already exists", i.name))
+        });
+    }
+    let name = i.name.clone();
+    persist(app, i).await?;
+    tracing::info!(instance = %name, actor, "instance added");
+    Ok(())
+}
+
+/// Replace an instance. `keep_auth`: credentials are write-only, so a change
+/// that does not send them keeps the stored ones.
+pub async fn update_instance(
+    app: &AppState,
+    name: &str,
+    mut i: InstanceConfig,
+    keep_auth: bool,
+    actor: &str,
+) -> Result<InstanceConfig, ApiError> {
+    let _edit = app.shared.catalog_edit.lock().await;
+    let cat = app.shared.catalog();
+    let existing = cat
+        .instances
+        .get(name)
+        .ok_or_else(|| ApiError::not_found(format!("no instance named {name:?}")))?;
+    if existing.provisioned {
+        return Err(provisioned(name, "change"));
+    }
+    if i.name != name {
+        return Err(ApiError::invalid(FieldError::new(
+            "name",
+            &i.name,
+            "cannot be changed; delete the instance and add it again",
+        )));
+    }
+    if keep_auth {
+        i.auth = existing.config.auth.clone();
+    }
+    validate(app, &i)?;
+    drop(cat);
+    persist(app, i.clone()).await?;
+    tracing::info!(instance = %name, actor, "instance updated");
+    Ok(i)
+}
+
+pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<(), ApiError> {
+    let _edit = app.shared.catalog_edit.lock().await;
+    let cat = app.shared.catalog();
+    let existing = cat
+        .instances
+        .get(name)
+        .ok_or_else(|| ApiError::not_found(format!("no instance named {name:?}")))?;
+    if existing.provisioned {
+        return Err(provisioned(name, "remove"));
+    }
+    let store = app.shared.store.clone();
+    let n = name.to_string();
+    tokio::task::spawn_blocking(move || store.delete_instance(&n))
+        .await
+        .map_err(ApiError::internal)??;
+    let mut next = (*cat).clone();
+    next.instances.remove(name);
+    drop(cat);
+    app.shared.set_catalog(next);
+    tracing::info!(instance = %name, actor, "instance deleted");
+    Ok(())
+}
+
+/// The classified result of one test poll.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestResult {
+    pub group: String,
+    pub ok: bool,
+    pub status: Option<u16>,
+    #[serde(rename = "durationMs")]
+    pub duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<TestError>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TestError {
+    pub category: ErrorCategory,
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+/// Run every group of the instance once, now, outside the schedule.
+pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>, ApiError> {
+    let cat = app.shared.catalog();
+    let e = cat
+        .instances
+        .get(name)
+        .ok_or_else(|| ApiError::not_found(format!("no instance named {name:?}")))?;
+    let groups = cat
+        .types
+        .get(&e.config.type_name)
+        .map(|t| t.groups.clone())
+        .unwrap_or_default();
+    let mut results = Vec::new();
+    for g in groups {
+        let started = Instant::now();
+        let hard = e.config.timeout + Duration::from_millis(500);
+        let r = tokio::time::timeout(hard, app.shared.poller.poll(&e.config, &g)).await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        results.push(match r {
+            Ok(Ok(ok)) => TestResult {
+                group: g.name,
+                ok: true,
+                status: Some(ok.status),
+                duration_ms,
+                bytes: Some(ok.body_bytes),
+                error: None,
+            },
+            Ok(Err(err)) => TestResult {
+                group: g.name,
+                ok: false,
+                status: err.status,
+                duration_ms,
+                bytes: None,
+                error: Some(TestError {
+                    category: err.category,
+                    kind: err.kind,
+                    message: err.message,
+                }),
+            },
+            Err(_) => TestResult {
+                group: g.name,
+                ok: false,
+                status: None,
+                duration_ms,
+                bytes: None,
+                error: Some(TestError {
+                    category: ErrorCategory::Transient,
+                    kind: ErrorKind::Timeout,
+                    message: "no response within the timeout".into(),
+                }),
+            },
+        });
+    }
+    Ok(results)
+}
+
+/// Validate a partial settings document against everything else, save it,
+/// and apply it at once. Returns every violation when invalid.
+pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Result<(), Vec<ApiError>> {
+    if let Some(o) = patch.as_object_mut() {
+        // Echoing back a GET document is allowed: `locked` is informational.
+        o.remove("locked");
+    }
+    let _edit = app.shared.settings_edit.lock().await;
+    let proposal = crate::engine::lock(&app.shared.settings).propose(&patch);
+    let (saved, effective) = match proposal {
+        Ok(p) => p,
+        Err(SettingsError::Locked(field, var)) => {
+            return Err(vec![ApiError {
+                field: Some(field.clone()),
+                ..ApiError::conflict(
+                    "locked",
+                    format!("{field} is set by the environment variable {var} and cannot be changed here"),
+                )
+            }]);
+        }
+        Err(SettingsError::Invalid(errs)) => return Err(errs.into_iter().map(ApiError::invalid).collect()),
+    };
+    let store = app.shared.store.clone();
+    let doc = saved.clone();
+    tokio::task::spawn_blocking(move || store.put_settings(SETTINGS_KEY, &doc))
+        .await
+        .map_err(|e| vec![ApiError::internal(e)])?
+        .map_err(|e| vec![ApiError::from(e)])?;
+    crate::engine::lock(&app.shared.settings).saved = saved;
+    app.shared.apply_settings(effective);
+    tracing::info!(actor, change = %patch, "monitoring settings changed");
+    Ok(())
+}
