@@ -145,8 +145,9 @@ pub fn router(state: AppState) -> Router {
         .merge(protected)
         .nest("/api", api_router(state.clone()))
         .fallback(page_not_found)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), secure_cookie))
         .layer(session_layer(state.shared.store.clone()))
+        // Outside the session layer, so it sees the cookie that layer sets.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), secure_cookie))
         .layer(axum::extract::DefaultBodyLimit::max(1024 * 1024))
         .with_state(state)
 }

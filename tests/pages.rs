@@ -1,0 +1,411 @@
+//! The browser side over plain HTTP: every page needs a login, setup closes
+//! once an admin exists, CSRF and origin checks, login throttling, session
+//! cookies and their survival across a restart, static assets.
+
+mod common;
+
+use common::*;
+use pollster::fleet::Behaviour;
+use pollster::web::pages::PROTECTED;
+use std::collections::BTreeMap;
+
+const PASSWORD: &str = "a-good-password";
+
+/// A browser-like client: keeps the session cookie, never follows redirects.
+struct Visitor {
+    http: reqwest::Client,
+    base: String,
+    cookie: Option<String>,
+}
+
+impl Visitor {
+    fn new(app: &TestApp) -> Visitor {
+        Visitor {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+            base: app.url(""),
+            cookie: None,
+        }
+    }
+
+    fn keep(&mut self, r: &reqwest::Response) {
+        for v in r.headers().get_all("set-cookie") {
+            let v = v.to_str().unwrap_or_default();
+            if let Some(pair) = v.split(';').next()
+                && pair.starts_with("pollster_session=")
+            {
+                self.cookie = Some(pair.to_string());
+            }
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> (u16, String, String) {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        if let Some(c) = &self.cookie {
+            req = req.header("cookie", c);
+        }
+        let r = req.send().await.expect("get");
+        self.keep(&r);
+        let status = r.status().as_u16();
+        let location = r
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        (status, location, r.text().await.unwrap_or_default())
+    }
+
+    async fn csrf(&mut self, path: &str) -> String {
+        let (_, _, body) = self.get(path).await;
+        body.split("name=\"_csrf\" value=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)], headers: &[(&str, &str)]) -> (u16, String, String) {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        if let Some(c) = &self.cookie {
+            req = req.header("cookie", c);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let r = req.send().await.expect("post");
+        self.keep(&r);
+        let status = r.status().as_u16();
+        let location = r
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        (status, location, r.text().await.unwrap_or_default())
+    }
+
+    async fn setup(&mut self) {
+        let csrf = self.csrf("/setup").await;
+        let (s, loc, body) = self
+            .post(
+                "/setup",
+                &[("_csrf", &csrf), ("password", PASSWORD), ("confirm", PASSWORD)],
+                &[],
+            )
+            .await;
+        assert_eq!((s, loc.as_str()), (303, "/"), "{body}");
+    }
+
+    async fn login(&mut self, password: &str) -> (u16, String, String) {
+        let csrf = self.csrf("/login").await;
+        self.post(
+            "/login",
+            &[("_csrf", &csrf), ("username", "admin"), ("password", password)],
+            &[],
+        )
+        .await
+    }
+}
+
+fn concrete(path: &str) -> String {
+    path.replace("{instance}", "x")
+        .replace("{group}", "probe")
+        .replace("{name}", "x")
+        .replace("{id}", "abcd1234")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_needs_a_login() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    assert!(PROTECTED.len() >= 15, "route table: {PROTECTED:?}");
+    let mut v = Visitor::new(&app);
+    // Before an admin exists, pages lead to /setup …
+    for (method, path) in PROTECTED {
+        let p = concrete(path);
+        let (s, loc, _) = if *method == "get" {
+            v.get(&p).await
+        } else {
+            v.post(&p, &[], &[]).await
+        };
+        assert_eq!((s, loc.as_str()), (303, "/setup"), "{method} {path}");
+    }
+    let (s, loc, _) = v.get("/login").await;
+    assert_eq!((s, loc.as_str()), (303, "/setup"));
+    // … and after, to /login.
+    v.setup().await;
+    let mut anon = Visitor::new(&app);
+    for (method, path) in PROTECTED {
+        let p = concrete(path);
+        let (s, loc, _) = if *method == "get" {
+            anon.get(&p).await
+        } else {
+            anon.post(&p, &[], &[]).await
+        };
+        assert_eq!((s, loc.as_str()), (303, "/login"), "{method} {path}");
+    }
+    let (s, loc, _) = anon.get("/no/such/page").await;
+    assert_eq!((s, loc.as_str()), (303, "/login"), "unknown pages too");
+    // Open to anyone: health, readiness, login, assets.
+    for p in ["/healthz", "/readyz", "/login", "/static/style.css", "/static/app.js"] {
+        assert_eq!(anon.get(p).await.0, 200, "{p}");
+    }
+    // /setup is closed: it leads to /login, and a POST cannot reset the password.
+    assert_eq!(anon.get("/setup").await.1, "/login");
+    let csrf = anon.csrf("/login").await;
+    let (_, loc, _) = anon
+        .post(
+            "/setup",
+            &[
+                ("_csrf", &csrf),
+                ("password", "hijacked-pass"),
+                ("confirm", "hijacked-pass"),
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(loc, "/login");
+    assert_eq!(anon.login("hijacked-pass").await.0, 401);
+    assert_eq!(anon.login(PASSWORD).await.1, "/");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forms_need_the_csrf_token_and_the_same_origin() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let mut v = Visitor::new(&app);
+    v.setup().await;
+    let csrf = v.csrf("/settings/system/monitoring").await;
+    assert_eq!(csrf.len(), 64);
+    let form = [("adaptive.base_interval", "300ms")];
+    let (s, _, _) = v.post("/settings/system/monitoring", &form, &[]).await;
+    assert_eq!(s, 403, "no token");
+    let (s, _, _) = v
+        .post(
+            "/settings/system/monitoring",
+            &[("_csrf", "0".repeat(64).as_str())],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 403, "wrong token");
+    let host = app.addr.to_string();
+    let (s, _, _) = v
+        .post(
+            "/logout",
+            &[("_csrf", csrf.as_str())],
+            &[("origin", "http://evil.example"), ("host", host.as_str())],
+        )
+        .await;
+    assert_eq!(s, 403, "cross-origin");
+    let (s, _, _) = v
+        .post(
+            "/logout",
+            &[("_csrf", csrf.as_str())],
+            &[("sec-fetch-site", "cross-site")],
+        )
+        .await;
+    assert_eq!(s, 403, "cross-site");
+
+    // The API with a session cookie: changes need the X-CSRF-Token header.
+    let cookie = v.cookie.clone().unwrap_or_default();
+    let put = |token: Option<&str>| {
+        let mut r = v
+            .http
+            .put(app.url("/api/settings/monitoring"))
+            .header("cookie", &cookie)
+            .json(&serde_json::json!({"adaptive": {"enabled": false}}));
+        if let Some(t) = token {
+            r = r.header("x-csrf-token", t);
+        }
+        r
+    };
+    assert_eq!(put(None).send().await.expect("put").status().as_u16(), 403);
+    assert_eq!(put(Some(&csrf)).send().await.expect("put").status().as_u16(), 200);
+    let r = v
+        .http
+        .get(app.url("/api/monitoring/scheduler/health"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status().as_u16(), 200, "reads need only the session");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_login_failures_lock_the_address_out() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let mut v = Visitor::new(&app);
+    v.setup().await;
+    let mut other = Visitor::new(&app);
+    for i in 0..4 {
+        let (s, _, body) = other.login("wrong-password").await;
+        assert_eq!(s, 401, "attempt {i}");
+        assert!(body.contains("Wrong user or password"));
+    }
+    let (s, _, body) = other.login("wrong-password").await;
+    assert_eq!(s, 429);
+    assert!(body.contains("Too many failed logins"), "{body}");
+    let (s, _, _) = other.login(PASSWORD).await;
+    assert_eq!(s, 429, "even the right password waits out the lockout");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_cycled_at_login_and_survive_a_restart() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let mut v = Visitor::new(&app);
+    v.setup().await;
+    let csrf = v.csrf("/").await;
+    let (s, _, _) = v.post("/logout", &[("_csrf", csrf.as_str())], &[]).await;
+    assert_eq!(s, 303);
+    let before = {
+        v.csrf("/login").await;
+        v.cookie.clone()
+    };
+    let (s, loc, _) = v.login(PASSWORD).await;
+    assert_eq!((s, loc.as_str()), (303, "/"));
+    assert_ne!(v.cookie, before, "a new session id at login");
+
+    let r = v.http.get(app.url("/login")).send().await.expect("get");
+    let set = r
+        .headers()
+        .get("set-cookie")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+    assert!(!set.contains("Secure"), "plain HTTP without a trusted proxy");
+
+    let app = app.restart().await;
+    v.base = app.url("");
+    let (s, _, body) = v.get("/").await;
+    assert_eq!(s, 200, "the login survived the restart");
+    assert!(body.contains("Scheduler health"));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_cookies_behind_a_trusted_https_proxy_and_the_admin_password_from_env() {
+    let env = BTreeMap::from([
+        ("POLLSTER_TRUST_PROXY".to_string(), "true".to_string()),
+        (
+            "POLLSTER_ADMIN_PASSWORD".to_string(),
+            "from-the-environment".to_string(),
+        ),
+    ]);
+    let app = TestApp::spawn_with(vec![("x", Behaviour::Healthy)], &env, |_| {}).await;
+    let v = Visitor::new(&app);
+    let r = v
+        .http
+        .get(app.url("/login"))
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .expect("get");
+    let set = r
+        .headers()
+        .get("set-cookie")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(set.ends_with("; Secure"), "{set}");
+    let mut v = Visitor::new(&app);
+    assert_eq!(v.get("/setup").await.1, "/login", "the variable created the admin");
+    assert_eq!(v.login("from-the-environment").await.1, "/");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_assets_have_etags() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let http = reqwest::Client::new();
+    let r = http.get(app.url("/static/style.css")).send().await.expect("get");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(
+        r.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/css"))
+    );
+    assert!(r.headers().get("cache-control").is_some());
+    let etag = r
+        .headers()
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .expect("etag")
+        .to_string();
+    let r = http
+        .get(app.url("/static/style.css"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status().as_u16(), 304);
+    let r = http.get(app.url("/static/nope.css")).send().await.expect("get");
+    assert_eq!(r.status().as_u16(), 404);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_pages_validate_inline_and_keep_provisioned_read_only() {
+    let app = TestApp::spawn(vec![("from-file", Behaviour::Healthy), ("spare", Behaviour::Healthy)]).await;
+    let mut v = Visitor::new(&app);
+    v.setup().await;
+    let csrf = v.csrf("/instances/new").await;
+    let (s, _, body) = v
+        .post(
+            "/instances",
+            &[
+                ("_csrf", &csrf),
+                ("name", "bad name"),
+                ("type", "fast"),
+                ("url", "http://x/"),
+                ("timeout", "1s"),
+                ("max_response_bytes", "1000"),
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 422);
+    assert!(
+        body.contains("field-error") && body.contains("must be 1-64 characters"),
+        "inline message"
+    );
+    let (s, _, body) = v
+        .post(
+            "/instances",
+            &[
+                ("_csrf", &csrf),
+                ("name", "from-file"),
+                ("type", "fast"),
+                ("url", "http://x/"),
+                ("timeout", "1s"),
+                ("max_response_bytes", "1000"),
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 409, "duplicate");
+    assert!(body.contains("already exists"));
+    let (_, _, body) = v.get("/instances/from-file").await;
+    assert!(body.contains("defined in the config file"), "provisioned read-only");
+    assert!(body.contains("<fieldset disabled"));
+    let (_, _, body) = v.get("/instances?q=from&state=&type=fast").await;
+    assert!(
+        body.contains("1 of 2 instances") && body.contains(">from-file</a>"),
+        "search"
+    );
+    let (_, _, body) = v.get("/instances?state=dead_letter").await;
+    assert!(!body.contains(">from-file</a>"), "filtered out");
+    app.stop().await;
+}
