@@ -114,7 +114,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
     );
     println!();
     println!("  Health API   curl -H 'Authorization: Bearer {token}' http://{api}/api/monitoring/scheduler/health");
-    println!("  API          http://{api}/api/openapi.json");
+    println!("  Web UI       http://{api}/   (first visit: choose the admin password)");
     println!("  Metrics      http://{metrics}/metrics");
     println!("  API token    {token}");
     println!("  Data         {}", args.data_dir.display());
