@@ -26,19 +26,7 @@ fn app(dir: &std::path::Path) -> AppState {
     let mut catalog = Catalog::new(vec![], vec![]);
     for i in 0..INSTANCES {
         catalog.insert(
-            InstanceConfig {
-                name: format!("inst-{i:05}"),
-                type_name: "http".into(),
-                url: format!("http://127.0.0.1:9/{i}"),
-                timeout: Duration::from_secs(10),
-                budget: None,
-                labels: BTreeMap::new(),
-                enabled: true,
-                auth: Default::default(),
-                tls_verify: true,
-                tls_fingerprint: None,
-                max_response_bytes: 1 << 20,
-            },
+            InstanceConfig::new(&format!("inst-{i:05}"), "http", &format!("http://127.0.0.1:9/{i}")),
             true,
         );
     }

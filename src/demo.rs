@@ -5,7 +5,7 @@
 
 use crate::cli::{DemoArgs, EXIT_FAILURE, Failure};
 use crate::fleet::{Behaviour, Fleet};
-use crate::model::{Auth, GroupDef, InstanceConfig, Timestamp, TypeDef};
+use crate::model::{GroupDef, InstanceConfig, Timestamp, TypeDef};
 use std::future::Future;
 use std::time::Duration;
 
@@ -42,18 +42,8 @@ pub fn fleet_plan() -> Vec<(&'static str, Behaviour, &'static str, Duration)> {
 
 /// A type with several groups at different priorities, to show per-group tasks.
 pub fn demo_type() -> TypeDef {
-    let g = |name: &str, path: &str, priority: u8, floor: u64| GroupDef {
-        name: name.into(),
-        path: path.into(),
-        priority,
-        floor: Duration::from_secs(floor),
-        cost: 1.0,
-        gated: true,
-        enabled_when: None,
-        shape_from: None,
-        item_field: None,
-        fan_out: None,
-        forward: false,
+    let g = |name: &str, path: &str, priority: u8, floor: u64| {
+        GroupDef::new(name, path, priority, Duration::from_secs(floor))
     };
     TypeDef {
         name: "demo-cluster".into(),
@@ -84,17 +74,9 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
     config.instances = plan
         .iter()
         .map(|(name, _, ty, timeout)| InstanceConfig {
-            name: name.to_string(),
-            type_name: ty.to_string(),
-            url: fleet.url(name),
             timeout: *timeout,
-            budget: None,
             labels: [("env".to_string(), "demo".to_string())].into(),
-            enabled: true,
-            auth: Auth::None,
-            tls_verify: true,
-            tls_fingerprint: None,
-            max_response_bytes: crate::model::DEFAULT_MAX_RESPONSE_BYTES,
+            ..InstanceConfig::new(name, ty, &fleet.url(name))
         })
         .collect();
 

@@ -459,25 +459,32 @@ pub struct TypeDef {
     pub groups: Vec<GroupDef>,
 }
 
+impl GroupDef {
+    /// A gated group with cost 1 and no shape, fan-out or forwarding.
+    pub fn new(name: &str, path: &str, priority: u8, floor: Duration) -> Self {
+        GroupDef {
+            name: name.into(),
+            path: path.into(),
+            priority,
+            floor,
+            cost: 1.0,
+            gated: true,
+            enabled_when: None,
+            shape_from: None,
+            item_field: None,
+            fan_out: None,
+            forward: false,
+        }
+    }
+}
+
 impl TypeDef {
     /// The built-in `http` type: one group `probe`, GET the instance url,
     /// priority 1, floor 5 s, cost 1.
     pub fn builtin_http() -> TypeDef {
         TypeDef {
             name: "http".into(),
-            groups: vec![GroupDef {
-                name: "probe".into(),
-                path: String::new(),
-                priority: 1,
-                floor: Duration::from_secs(5),
-                cost: 1.0,
-                gated: true,
-                enabled_when: None,
-                shape_from: None,
-                item_field: None,
-                fan_out: None,
-                forward: false,
-            }],
+            groups: vec![GroupDef::new("probe", "", 1, Duration::from_secs(5))],
         }
     }
 
@@ -626,24 +633,29 @@ fn default_max_response_bytes() -> u64 {
 }
 
 impl InstanceConfig {
+    /// An instance with every optional field at its default.
+    pub fn new(name: &str, type_name: &str, url: &str) -> Self {
+        InstanceConfig {
+            name: name.into(),
+            type_name: type_name.into(),
+            url: url.into(),
+            timeout: default_timeout(),
+            budget: None,
+            labels: BTreeMap::new(),
+            enabled: true,
+            auth: Auth::None,
+            tls_verify: true,
+            tls_fingerprint: None,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+
     /// Field-level checks that need no knowledge of types or budgets.
     pub fn validate_fields(&self) -> Result<(), FieldError> {
         if !valid_name(&self.name) {
             return Err(FieldError::new("name", &self.name, NAME_RULE));
         }
-        match reqwest::Url::parse(&self.url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
-            Ok(_) => {
-                return Err(FieldError::new(
-                    "url",
-                    &self.url,
-                    "must be an http:// or https:// URL with a host",
-                ));
-            }
-            Err(e) => {
-                return Err(FieldError::new("url", &self.url, format!("not a valid URL: {e}")));
-            }
-        }
+        check_http_url("url", &self.url)?;
         if self.timeout < Duration::from_millis(10) || self.timeout > Duration::from_secs(300) {
             return Err(FieldError::new(
                 "timeout",
@@ -730,6 +742,19 @@ impl InstanceConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// An `http://` or `https://` URL with a host.
+pub fn check_http_url(field: &str, url: &str) -> Result<(), FieldError> {
+    match reqwest::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => Ok(()),
+        Ok(_) => Err(FieldError::new(
+            field,
+            url,
+            "must be an http:// or https:// URL with a host",
+        )),
+        Err(e) => Err(FieldError::new(field, url, format!("not a valid URL: {e}"))),
     }
 }
 

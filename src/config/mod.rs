@@ -108,19 +108,7 @@ impl SinkConfig {
 
     /// Field checks; the field is relative to `[sink]` (`url`, `headers.X`, …).
     pub fn validate(&self) -> Result<(), FieldError> {
-        match reqwest::Url::parse(&self.url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
-            Ok(_) => {
-                return Err(FieldError::new(
-                    "url",
-                    &self.url,
-                    "must be an http:// or https:// URL with a host",
-                ));
-            }
-            Err(e) => {
-                return Err(FieldError::new("url", &self.url, format!("not a valid URL: {e}")));
-            }
-        }
+        crate::model::check_http_url("url", &self.url)?;
         for (name, value) in &self.headers {
             if name.is_empty()
                 || !name

@@ -30,11 +30,23 @@ async fn persist(app: &AppState, i: InstanceConfig) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn provisioned(name: &str, verb: &str) -> ApiError {
-    ApiError::conflict(
-        "provisioned",
-        format!("instance {name:?} is defined in the config file; {verb} it there"),
-    )
+/// The instance `name`, if it exists and may be changed through the API.
+fn editable<'a>(
+    cat: &'a crate::engine::catalog::Catalog,
+    name: &str,
+    verb: &str,
+) -> Result<&'a InstanceConfig, ApiError> {
+    let e = cat
+        .instances
+        .get(name)
+        .ok_or_else(|| ApiError::not_found(format!("no instance named {name:?}")))?;
+    if e.provisioned {
+        return Err(ApiError::conflict(
+            "provisioned",
+            format!("instance {name:?} is defined in the config file; {verb} it there"),
+        ));
+    }
+    Ok(&e.config)
 }
 
 pub async fn create_instance(app: &AppState, i: InstanceConfig, actor: &str) -> Result<(), ApiError> {
@@ -63,13 +75,7 @@ pub async fn update_instance(
 ) -> Result<InstanceConfig, ApiError> {
     let _edit = app.shared.catalog_edit.lock().await;
     let cat = app.shared.catalog();
-    let existing = cat
-        .instances
-        .get(name)
-        .ok_or_else(|| ApiError::not_found(format!("no instance named {name:?}")))?;
-    if existing.provisioned {
-        return Err(provisioned(name, "change"));
-    }
+    let existing = editable(&cat, name, "change")?;
     if i.name != name {
         return Err(ApiError::invalid(FieldError::new(
             "name",
@@ -78,7 +84,7 @@ pub async fn update_instance(
         )));
     }
     if keep_auth {
-        i.auth = existing.config.auth.clone();
+        i.auth = existing.auth.clone();
     }
     validate(app, &i)?;
     drop(cat);
@@ -90,13 +96,7 @@ pub async fn update_instance(
 pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<(), ApiError> {
     let _edit = app.shared.catalog_edit.lock().await;
     let cat = app.shared.catalog();
-    let existing = cat
-        .instances
-        .get(name)
-        .ok_or_else(|| ApiError::not_found(format!("no instance named {name:?}")))?;
-    if existing.provisioned {
-        return Err(provisioned(name, "remove"));
-    }
+    editable(&cat, name, "remove")?;
     let store = app.shared.store.clone();
     let n = name.to_string();
     tokio::task::spawn_blocking(move || store.delete_instance(&n))

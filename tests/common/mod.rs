@@ -30,35 +30,15 @@ pub struct TestApp {
 pub fn fast_type() -> TypeDef {
     TypeDef {
         name: "fast".into(),
-        groups: vec![GroupDef {
-            name: "probe".into(),
-            path: String::new(),
-            priority: 1,
-            floor: Duration::from_millis(100),
-            cost: 1.0,
-            gated: true,
-            enabled_when: None,
-            shape_from: None,
-            item_field: None,
-            fan_out: None,
-            forward: false,
-        }],
+        groups: vec![GroupDef::new("probe", "", 1, Duration::from_millis(100))],
     }
 }
 
 pub fn instance(name: &str, type_name: &str, url: String) -> InstanceConfig {
     InstanceConfig {
-        name: name.into(),
-        type_name: type_name.into(),
-        url,
         timeout: Duration::from_millis(500),
-        budget: None,
-        labels: BTreeMap::new(),
-        enabled: true,
-        auth: Default::default(),
-        tls_verify: true,
-        tls_fingerprint: None,
         max_response_bytes: 1 << 20,
+        ..InstanceConfig::new(name, type_name, &url)
     }
 }
 

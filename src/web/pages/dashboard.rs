@@ -279,6 +279,30 @@ pub async fn page(State(app): State<AppState>, session: Session, Query(q): Query
     .into_response()
 }
 
+/// Run an operator action on a dead-lettered task and come back to the
+/// dashboard with the outcome.
+async fn dead_letter_action(
+    app: &AppState,
+    who: &crate::web::auth::Principal,
+    session: &Session,
+    key: TaskKey,
+    done: &str,
+    action: impl FnOnce(
+        &mut crate::core::Scheduler,
+        Timestamp,
+    ) -> Result<crate::model::TaskRecord, crate::core::scheduler::OpError>,
+) -> Redirect {
+    let msg = match app.shared.operator_action(&key, action).await {
+        Ok(_) => {
+            tracing::info!(task = %key, actor = %who.actor(), "dead-letter task: {done}");
+            format!("{key}: {done}.")
+        }
+        Err(e) => format!("{key}: {}", crate::web::error::ApiError::from(e).message),
+    };
+    session::set_flash(session, msg).await;
+    Redirect::to("/#dead-letter")
+}
+
 pub async fn retry(
     State(app): State<AppState>,
     Extension(who): Extension<crate::web::auth::Principal>,
@@ -286,19 +310,11 @@ pub async fn retry(
     Path((instance, group)): Path<(String, String)>,
 ) -> Redirect {
     let key = TaskKey::new(&instance, &group);
-    let msg = match app
-        .shared
-        .operator_action(&key, |s, now| s.retry_dead_letter(&key, now))
-        .await
-    {
-        Ok(_) => {
-            tracing::info!(task = %key, actor = %who.actor(), "operator retried dead-letter task");
-            format!("{key}: probing now.")
-        }
-        Err(e) => format!("{key}: {}", crate::web::error::ApiError::from(e).message),
-    };
-    session::set_flash(&session, msg).await;
-    Redirect::to("/#dead-letter")
+    let k = key.clone();
+    dead_letter_action(&app, &who, &session, key, "probing now", move |s, now| {
+        s.retry_dead_letter(&k, now)
+    })
+    .await
 }
 
 pub async fn discard(
@@ -308,17 +324,14 @@ pub async fn discard(
     Path((instance, group)): Path<(String, String)>,
 ) -> Redirect {
     let key = TaskKey::new(&instance, &group);
-    let msg = match app
-        .shared
-        .operator_action(&key, |s, _| s.discard_dead_letter(&key))
-        .await
-    {
-        Ok(_) => {
-            tracing::info!(task = %key, actor = %who.actor(), "operator discarded dead-letter task; task disabled");
-            format!("{key}: discarded; the task is disabled until enabled again.")
-        }
-        Err(e) => format!("{key}: {}", crate::web::error::ApiError::from(e).message),
-    };
-    session::set_flash(&session, msg).await;
-    Redirect::to("/#dead-letter")
+    let k = key.clone();
+    dead_letter_action(
+        &app,
+        &who,
+        &session,
+        key,
+        "discarded; the task is disabled until enabled again",
+        move |s, _| s.discard_dead_letter(&k),
+    )
+    .await
 }

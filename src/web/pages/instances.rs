@@ -275,19 +275,7 @@ async fn form_page(
 }
 
 pub async fn new_form(State(app): State<AppState>, session: Session) -> FormPage {
-    let defaults = InstanceConfig {
-        name: String::new(),
-        type_name: "http".into(),
-        url: String::new(),
-        timeout: std::time::Duration::from_secs(10),
-        budget: None,
-        labels: BTreeMap::new(),
-        enabled: true,
-        auth: Auth::None,
-        tls_verify: true,
-        tls_fingerprint: None,
-        max_response_bytes: crate::model::DEFAULT_MAX_RESPONSE_BYTES,
-    };
+    let defaults = InstanceConfig::new("", "http", "");
     form_page(&app, &session, false, false, values_of(&defaults), HashMap::new()).await
 }
 
