@@ -215,47 +215,63 @@ impl Collector for StateCollector {
         self.breaker.reset();
         self.inflight.reset();
         self.cadence.reset();
-        {
+        // Copy what the gauges need out under the scheduler lock, then build
+        // the series without it: a scrape must not hold up dispatching.
+        struct Row {
+            type_name: Arc<str>,
+            instance: Arc<str>,
+            group: Arc<str>,
+            age: f64,
+            last_success: Option<f64>,
+            state: &'static str,
+            interval: f64,
+        }
+        let (rows, busy, queue_len, dead) = {
             let Ok(s) = self.scheduler.lock() else {
                 return Vec::new();
             };
-            let mut cadence: BTreeMap<&str, f64> = BTreeMap::new();
-            for t in s.tasks() {
-                if t.rec.disabled {
-                    continue;
-                }
-                let labels = [&*t.meta.type_name, &*t.key.instance, &*t.key.group];
-                let since = t.rec.last_success.unwrap_or(t.placed_at);
-                self.staleness
-                    .with_label_values(&labels)
-                    .set(now.since(since).as_secs_f64());
-                if let Some(ls) = t.rec.last_success {
-                    self.last_success.with_label_values(&labels).set(ls.as_secs_f64());
-                }
-                let state = crate::core::task::breaker_at(&t.rec, now);
-                self.breaker
-                    .with_label_values(&[labels[0], labels[1], labels[2], state.as_str()])
-                    .set(1);
-                let iv = s.interval_of(t).as_secs_f64();
-                let c = cadence.entry(&t.key.instance).or_insert(iv);
-                *c = c.min(iv);
+            let rows: Vec<Row> = s
+                .tasks()
+                .filter(|t| !t.rec.disabled)
+                .map(|t| Row {
+                    type_name: t.meta.type_name.clone(),
+                    instance: t.key.instance.clone(),
+                    group: t.key.group.clone(),
+                    age: now.since(t.rec.last_success.unwrap_or(t.placed_at)).as_secs_f64(),
+                    last_success: t.rec.last_success.map(|ls| ls.as_secs_f64()),
+                    state: crate::core::task::breaker_at(&t.rec, now).as_str(),
+                    interval: s.interval_of(t).as_secs_f64(),
+                })
+                .collect();
+            (rows, s.in_flight_per_type(), s.queue_len(), s.dead_letters().len())
+        };
+        let mut cadence: BTreeMap<&str, f64> = BTreeMap::new();
+        for r in &rows {
+            let labels = [&*r.type_name, &*r.instance, &*r.group];
+            self.staleness.with_label_values(&labels).set(r.age);
+            if let Some(ls) = r.last_success {
+                self.last_success.with_label_values(&labels).set(ls);
             }
-            for (inst, secs) in cadence {
-                self.cadence.with_label_values(&[inst]).set(secs);
-            }
-            // Every type with tasks gets a series, 0 when idle, so the family
-            // is always present.
-            let busy = s.in_flight_per_type();
-            let mut types: Vec<&str> = s.tasks().map(|t| &*t.meta.type_name).collect();
-            types.sort_unstable();
-            types.dedup();
-            for ty in types {
-                let n = busy.get(ty).copied().unwrap_or(0);
-                self.inflight.with_label_values(&[ty]).set(n as i64);
-            }
-            self.queue_depth.set(s.queue_len() as i64);
-            self.dead_letter.set(s.dead_letters().len() as i64);
+            self.breaker
+                .with_label_values(&[labels[0], labels[1], labels[2], r.state])
+                .set(1);
+            let c = cadence.entry(&r.instance).or_insert(r.interval);
+            *c = c.min(r.interval);
         }
+        for (inst, secs) in cadence {
+            self.cadence.with_label_values(&[inst]).set(secs);
+        }
+        // Every type with tasks gets a series, 0 when idle, so the family is
+        // always present.
+        let mut types: Vec<&str> = rows.iter().map(|r| &*r.type_name).collect();
+        types.sort_unstable();
+        types.dedup();
+        for ty in types {
+            let n = busy.get(ty).copied().unwrap_or(0);
+            self.inflight.with_label_values(&[ty]).set(n as i64);
+        }
+        self.queue_depth.set(queue_len as i64);
+        self.dead_letter.set(dead as i64);
         let mut out = Vec::new();
         for c in [
             &self.staleness as &dyn Collector,
