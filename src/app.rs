@@ -196,15 +196,19 @@ impl Application {
         let _ = pruner.await;
         // Open keep-alive connections must not hold the process (or the
         // database) up: give them a moment, then drop the servers.
-        let (api_abort, metrics_abort) = (api.abort_handle(), metrics.abort_handle());
+        let (mut api, mut metrics) = (api, metrics);
         let drained = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-            let _ = api.await;
-            let _ = metrics.await;
+            let _ = (&mut api).await;
+            let _ = (&mut metrics).await;
         })
         .await;
         if drained.is_err() {
-            api_abort.abort();
-            metrics_abort.abort();
+            api.abort();
+            metrics.abort();
+            // Wait for the cancellation, so the routers (and the database
+            // they hold) are gone when this returns.
+            let _ = api.await;
+            let _ = metrics.await;
         }
         tracing::info!("stopped");
         Ok(())

@@ -25,7 +25,7 @@ use crate::store::Store;
 use catalog::Catalog;
 use settings::SettingsLayers;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
@@ -60,7 +60,9 @@ pub struct Shared {
     /// Serialises settings changes (validate-then-save).
     pub settings_edit: tokio::sync::Mutex<()>,
     wake: Notify,
-    idle: Notify,
+    /// Poll tasks spawned and not yet finished (they hold a reference to
+    /// this state, and so to the database, until they end).
+    running: Arc<AtomicUsize>,
     ready: AtomicBool,
     last_dispatch_ms: AtomicU64,
     /// Polls and failed polls in the current minute, for the history.
@@ -95,7 +97,7 @@ impl Shared {
             catalog_edit: tokio::sync::Mutex::new(()),
             settings_edit: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
-            idle: Notify::new(),
+            running: Arc::new(AtomicUsize::new(0)),
             ready: AtomicBool::new(false),
             last_dispatch_ms: AtomicU64::new(0),
             minute_polls: AtomicU64::new(0),
@@ -255,6 +257,7 @@ pub struct Engine {
     stop: watch::Sender<bool>,
     dispatcher: tokio::task::JoinHandle<()>,
     flusher: tokio::task::JoinHandle<()>,
+    history: tokio::task::JoinHandle<()>,
 }
 
 impl Engine {
@@ -293,12 +296,13 @@ impl Engine {
         let (stop, rx) = watch::channel(false);
         let dispatcher = tokio::spawn(dispatch_loop(shared.clone(), rx.clone()));
         let flusher = tokio::spawn(flush_loop(shared.clone(), rx.clone()));
-        tokio::spawn(history_loop(shared.clone(), rx));
+        let history = tokio::spawn(history_loop(shared.clone(), rx));
         Ok(Engine {
             shared,
             stop,
             dispatcher,
             flusher,
+            history,
         })
     }
 
@@ -313,19 +317,18 @@ impl Engine {
         let _ = self.dispatcher.await;
         let deadline = tokio::time::Instant::now() + grace;
         loop {
-            let n = self.shared.sched().in_flight();
+            let n = self.shared.running.load(Ordering::Acquire);
             if n == 0 {
                 break;
             }
-            tokio::select! {
-                _ = self.shared.idle.notified() => {}
-                _ = tokio::time::sleep_until(deadline) => {
-                    tracing::warn!(in_flight = n, "abandoning polls still running at shutdown");
-                    break;
-                }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(in_flight = n, "abandoning polls still running at shutdown");
+                break;
             }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let _ = self.flusher.await;
+        let _ = self.history.await;
         match self.shared.flush().await {
             Ok(n) => tracing::info!(records = n, "state flushed"),
             Err(e) => tracing::error!(error = %e, "final state flush failed"),
@@ -344,7 +347,14 @@ async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 let Some(d) = s.pop_due(now) else { break };
                 dispatched = true;
                 shared.metrics.dispatch_lateness.observe(now.since(d.due).as_secs_f64());
-                tokio::spawn(run_poll(shared.clone(), d));
+                shared.running.fetch_add(1, Ordering::AcqRel);
+                let running = shared.running.clone();
+                let task = shared.clone();
+                tokio::spawn(async move {
+                    run_poll(task, d).await;
+                    // After run_poll has dropped its reference to the state.
+                    running.fetch_sub(1, Ordering::AcqRel);
+                });
             }
             if dispatched {
                 shared.last_dispatch_ms.store(now.0, Ordering::Relaxed);
@@ -429,15 +439,30 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     };
     let elapsed = started.elapsed();
     let now = Timestamp::now();
-    let planned = shared.sched().plan_completion(&key, &result, now, &mut rand::rng());
-    if let Some(p) = planned {
-        let transition = p.transition.clone();
-        let meta = p.meta.clone();
-        if transition.must_commit() {
-            commit_then_apply(&shared, p, now).await;
-        } else {
-            shared.sched().apply(p, now);
+    // One lock for the common case: plan and apply together. A dead-letter
+    // move is planned here and applied only after it is committed.
+    let planned = {
+        let mut s = shared.sched();
+        match s.plan_completion(&key, &result, now, &mut rand::rng()) {
+            Some(p) if !p.transition.must_commit() => {
+                let info = (p.transition.clone(), p.meta.clone());
+                s.apply(p, now);
+                Some(Ok(info))
+            }
+            Some(p) => Some(Err(p)),
+            None => None,
         }
+    };
+    let info = match planned {
+        Some(Ok(info)) => Some(info),
+        Some(Err(p)) => {
+            let info = (p.transition.clone(), p.meta.clone());
+            commit_then_apply(&shared, p, now).await;
+            Some(info)
+        }
+        None => None,
+    };
+    if let Some((transition, meta)) = info {
         shared.minute_polls.fetch_add(1, Ordering::Relaxed);
         if result.is_err() {
             shared.minute_errors.fetch_add(1, Ordering::Relaxed);
@@ -450,9 +475,6 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
             result.as_ref().err().map(|e| e.category),
         );
         log_transition(&key, &transition, &result);
-    }
-    if shared.sched().in_flight() == 0 {
-        shared.idle.notify_waiters();
     }
     shared.poke();
 }

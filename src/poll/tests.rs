@@ -2,8 +2,7 @@
 //! started by each test on port 0.
 
 use super::*;
-use crate::model::{DEFAULT_MAX_RESPONSE_BYTES, TypeDef};
-use std::collections::BTreeMap;
+use crate::model::TypeDef;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -156,17 +155,8 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 
 fn instance(url: String) -> InstanceConfig {
     InstanceConfig {
-        name: "test".into(),
-        type_name: "http".into(),
-        url,
         timeout: Duration::from_secs(5),
-        budget: None,
-        labels: BTreeMap::new(),
-        enabled: true,
-        auth: Auth::None,
-        tls_verify: true,
-        tls_fingerprint: None,
-        max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        ..InstanceConfig::new("test", "http", &url)
     }
 }
 

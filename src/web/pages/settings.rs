@@ -484,10 +484,14 @@ mod tests {
         let errs = patch_from_form(&f, &BTreeMap::new()).expect_err("invalid");
         assert!(errs["scheduler.workers"].contains("many"));
         assert!(errs.contains_key("scheduler.group_interval_overrides"));
-        let ok = patch_from_form(
+        // A form missing its numeric fields names each of them; the well
+        // formed pin line is not among the errors.
+        let errs = patch_from_form(
             &form(&[("scheduler.group_interval_overrides", "pve/storage = 15m")]),
             &BTreeMap::new(),
-        );
-        assert!(ok.is_err(), "other numeric fields are missing from this form");
+        )
+        .expect_err("numbers missing");
+        assert!(errs.contains_key("scheduler.workers") && errs.contains_key("failure.breaker_threshold"));
+        assert!(!errs.contains_key("scheduler.group_interval_overrides"));
     }
 }
