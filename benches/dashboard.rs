@@ -66,6 +66,7 @@ fn app(dir: &std::path::Path) -> AppState {
                     status: 200,
                     digest: n,
                     body_bytes: 100,
+                    ..Default::default()
                 }),
             };
             s.complete(&d.key, &result, now, &mut rng);

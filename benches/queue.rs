@@ -176,6 +176,7 @@ fn ok() -> PollResult {
         status: 200,
         digest: 42,
         body_bytes: 64,
+        ..Default::default()
     })
 }
 

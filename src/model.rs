@@ -533,6 +533,69 @@ impl TypeDef {
                     "must be a positive number",
                 ));
             }
+            if let Some(p) = &g.shape_from
+                && !(p.is_empty() || p.starts_with('/'))
+            {
+                return Err(FieldError::new(
+                    format!("{gf}.shape_from"),
+                    p,
+                    "must be a JSON pointer: empty (the whole body) or starting with '/'",
+                ));
+            }
+            if g.item_field.is_some() && g.shape_from.is_none() {
+                return Err(FieldError::new(
+                    format!("{gf}.item_field"),
+                    g.item_field.as_deref().unwrap_or_default(),
+                    "needs shape_from",
+                ));
+            }
+            let learned = |name: &str| self.groups.iter().find(|o| o.name == name && o.shape_from.is_some());
+            if let Some(w) = &g.enabled_when
+                && learned(w).is_none()
+            {
+                return Err(FieldError::new(
+                    format!("{gf}.enabled_when"),
+                    w,
+                    "must name a group of this type that has shape_from",
+                ));
+            }
+            let has_item = g.path.contains("{item}");
+            match &g.fan_out {
+                Some(f) => {
+                    match learned(f) {
+                        None => {
+                            return Err(FieldError::new(
+                                format!("{gf}.fan_out"),
+                                f,
+                                "must name a group of this type that has shape_from",
+                            ));
+                        }
+                        Some(src) if src.item_field.is_none() => {
+                            return Err(FieldError::new(
+                                format!("{gf}.fan_out"),
+                                f,
+                                format!("group {f:?} needs item_field to name the items"),
+                            ));
+                        }
+                        Some(_) => {}
+                    }
+                    if !has_item {
+                        return Err(FieldError::new(
+                            format!("{gf}.path"),
+                            &g.path,
+                            "a fan_out group's path must contain {item}",
+                        ));
+                    }
+                }
+                None if has_item => {
+                    return Err(FieldError::new(
+                        format!("{gf}.path"),
+                        &g.path,
+                        "{item} is only allowed with fan_out",
+                    ));
+                }
+                None => {}
+            }
         }
         Ok(())
     }
@@ -620,6 +683,10 @@ pub struct InstanceConfig {
     pub tls_fingerprint: Option<String>,
     #[serde(default = "default_max_response_bytes")]
     pub max_response_bytes: u64,
+    /// Shape counts for planning before they are learned (and for
+    /// `pollster plan`), e.g. `shape = { nodes = 12 }`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shape: BTreeMap<String, u64>,
 }
 
 fn default_type() -> String {
@@ -647,6 +714,7 @@ impl InstanceConfig {
             tls_verify: true,
             tls_fingerprint: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            shape: BTreeMap::new(),
         }
     }
 
@@ -729,6 +797,14 @@ impl InstanceConfig {
             }
             Auth::Bearer { .. } => {}
         }
+        for (k, v) in &self.shape {
+            if !valid_name(k) {
+                return Err(FieldError::new(format!("shape.{k}"), k, NAME_RULE));
+            }
+            if *v > 1_000_000 {
+                return Err(FieldError::new(format!("shape.{k}"), v, "must be at most 1000000"));
+            }
+        }
         for (k, v) in &self.labels {
             if !valid_name(k) {
                 return Err(FieldError::new(format!("labels.{k}"), k, NAME_RULE));
@@ -779,6 +855,42 @@ pub struct BudgetConfig {
     pub shared_fraction: f64,
     #[serde(default = "default_burst")]
     pub burst: u32,
+}
+
+impl BudgetConfig {
+    pub fn validate(&self, field: &str) -> Result<(), FieldError> {
+        if !valid_name(&self.name) {
+            return Err(FieldError::new(format!("{field}.name"), &self.name, NAME_RULE));
+        }
+        if !(self.requests_per_second.is_finite() && self.requests_per_second > 0.0 && self.requests_per_second <= 1e6)
+        {
+            return Err(FieldError::new(
+                format!("{field}.requests_per_second"),
+                self.requests_per_second,
+                "must be a number above 0 and at most 1000000",
+            ));
+        }
+        if !(self.shared_fraction.is_finite() && self.shared_fraction > 0.0 && self.shared_fraction <= 1.0) {
+            return Err(FieldError::new(
+                format!("{field}.shared_fraction"),
+                self.shared_fraction,
+                "must be above 0 and at most 1",
+            ));
+        }
+        if !(1..=100).contains(&self.burst) {
+            return Err(FieldError::new(
+                format!("{field}.burst"),
+                self.burst,
+                "must be between 1 and 100",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The pool's configured budget: `requests_per_second × shared_fraction`.
+    pub fn budget_rps(&self) -> f64 {
+        self.requests_per_second * self.shared_fraction
+    }
 }
 
 fn default_shared_fraction() -> f64 {
@@ -859,12 +971,34 @@ impl fmt::Display for PollError {
 }
 
 /// A successful poll.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct PollSuccess {
     pub status: u16,
-    /// First 8 bytes of the SHA-256 of the body: change detection.
+    /// First 8 bytes of the SHA-256 of the body: change detection. For a
+    /// fan-out, a digest over the successful items' digests, in item order.
     pub digest: u64,
     pub body_bytes: u64,
+    /// What a `shape_from` group learned: the length of the array its JSON
+    /// pointer names, and the items' `item_field` values.
+    pub shape: Option<ShapeUpdate>,
+    /// Fan-out items that failed in a run that still succeeded (at least one
+    /// item did).
+    pub failed_items: Vec<FailedItem>,
+}
+
+/// A shape count learned from a response.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ShapeUpdate {
+    pub count: u64,
+    /// The values of `item_field` in array order; empty without `item_field`.
+    pub items: Vec<String>,
+}
+
+/// One failed item of a fan-out run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedItem {
+    pub item: String,
+    pub error: PollError,
 }
 
 pub type PollResult = Result<PollSuccess, PollError>;

@@ -504,6 +504,7 @@ mod tests {
             status: 200,
             digest: d,
             body_bytes: 2,
+            ..Default::default()
         })
     }
     fn fail() -> PollResult {

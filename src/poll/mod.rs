@@ -122,6 +122,7 @@ impl Poller {
             status,
             digest: digest_prefix(&hasher.finalize()),
             body_bytes: size,
+            ..PollSuccess::default()
         })
     }
 

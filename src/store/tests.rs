@@ -73,6 +73,7 @@ fn instance(name: &str) -> InstanceConfig {
         tls_verify: false,
         tls_fingerprint: Some("ab".repeat(32)),
         max_response_bytes: 1 << 20,
+        shape: BTreeMap::from([("nodes".to_string(), 3)]),
     }
 }
 

@@ -360,6 +360,7 @@ fn parse(form: &HashMap<String, String>) -> Result<(InstanceConfig, bool), Field
             tls_verify: form.contains_key("tls_verify"),
             tls_fingerprint: (!fp.is_empty()).then_some(fp),
             max_response_bytes,
+            shape: Default::default(),
         },
         secrets_blank,
     ))
