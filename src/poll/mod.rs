@@ -4,9 +4,28 @@
 //! instance's credentials, reads the body as a stream up to
 //! `max_response_bytes`, and returns either a [`PollSuccess`] (status,
 //! change-detection digest, size) or a classified [`PollError`] (§3). It
-//! never panics and never takes longer than the instance timeout in total:
-//! connect, TLS, headers and body all run under one deadline, and passing it
-//! is a transient timeout.
+//! never panics and never takes longer than [`deadline`] in total: for a
+//! normal group that is the instance timeout, under which connect, TLS,
+//! headers and body all run; passing it is a transient timeout.
+//!
+//! Bodies are hashed as they stream in and not kept, except for a
+//! `shape_from` group: its body is also buffered (still within
+//! `max_response_bytes`) and parsed as JSON, and the array its pointer names
+//! gives [`PollSuccess::shape`] (count and `item_field` values; see
+//! [`shape`]). A body that is not JSON or a pointer that names no array is a
+//! transient `body` error.
+//!
+//! A `fan_out` group runs once per item passed to [`Poller::poll`] (the
+//! items learned by the group it names): `{item}` in the path becomes the
+//! item, percent-encoded as one path segment, and each item is a normal
+//! request (credentials, size limit, classification) under its own instance
+//! timeout, at most [`FAN_OUT_CONCURRENCY`] at a time, so the run takes at
+//! most `timeout × ceil(items / 8)`. If any item succeeds the run succeeds
+//! (status of the first success, a digest over the successful items'
+//! digests in item order, the summed size) and lists the failed items in
+//! [`PollSuccess::failed_items`]; if all fail it is the first item's error,
+//! prefixed `all N items failed; first (ITEM): `. No items yet is a
+//! transient error. A fan-out group's responses are not parsed for a shape.
 //!
 //! Clients: one shared [`reqwest::Client`] (system roots, keep-alive
 //! connection reuse) serves every instance that verifies normally; instances
@@ -16,18 +35,22 @@
 //! no proxy is taken from the environment.
 
 pub mod classify;
+pub mod shape;
 pub mod tls;
 
 #[cfg(test)]
 mod tests;
 
 use crate::model::{
-    Auth, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess, parse_fingerprint,
+    Auth, ErrorCategory, ErrorKind, FailedItem, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
+    parse_fingerprint,
 };
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 pub use classify::{classify_status, classify_transport, parse_retry_after};
@@ -37,6 +60,13 @@ pub const USER_AGENT: &str = concat!("pollster/", env!("CARGO_PKG_VERSION"));
 
 /// How long an idle keep-alive connection is kept for reuse.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Most requests a fan-out run has in flight at once.
+pub const FAN_OUT_CONCURRENCY: usize = 8;
+
+/// Most bytes reserved up front for a kept (`shape_from`) body, whatever
+/// its `Content-Length` claims; the buffer grows past it as bytes arrive.
+const MAX_BODY_PREALLOC: u64 = 1 << 20;
 
 /// Failure to set up the HTTP machinery at startup.
 #[derive(Debug, thiserror::Error)]
@@ -74,21 +104,41 @@ impl Poller {
     }
 
     /// One execution of `group` against `instance`. Never panics; never
-    /// exceeds `instance.timeout` in total.
-    pub async fn poll(&self, instance: &InstanceConfig, group: &GroupDef) -> PollResult {
-        let timeout = instance.timeout;
-        match tokio::time::timeout(timeout, self.poll_inner(instance, group)).await {
+    /// takes longer than [`deadline`] in total (`instance.timeout`
+    /// for a group without `fan_out`).
+    ///
+    /// `items` is the fan-out list (the items learned by the group named in
+    /// `group.fan_out`); it is ignored for other groups.
+    pub async fn poll(&self, instance: &InstanceConfig, group: &GroupDef, items: &[String]) -> PollResult {
+        if let Some(source) = &group.fan_out {
+            return self.poll_fan_out(instance, group, source, items).await;
+        }
+        let shape = group.shape_from.as_deref().map(|pointer| ShapeSpec {
+            pointer,
+            item_field: group.item_field.as_deref(),
+        });
+        self.fetch_timed(instance, &group.path, shape, instance.timeout).await
+    }
+
+    /// One request under a timeout of `timeout` (connect, TLS, headers,
+    /// body and shape parsing all count).
+    async fn fetch_timed(
+        &self,
+        instance: &InstanceConfig,
+        path: &str,
+        shape: Option<ShapeSpec<'_>>,
+        timeout: Duration,
+    ) -> PollResult {
+        match tokio::time::timeout(timeout, self.fetch(instance, path, shape)).await {
             Ok(result) => result,
-            Err(_) => Err(PollError::new(
-                ErrorCategory::Transient,
-                ErrorKind::Timeout,
-                format!("timed out after {}", crate::model::duration_str::format(timeout)),
-            )),
+            Err(_) => Err(timeout_error(instance.timeout)),
         }
     }
 
-    async fn poll_inner(&self, instance: &InstanceConfig, group: &GroupDef) -> PollResult {
-        let url = join_url(&instance.url, &group.path)?;
+    /// `GET <instance url>/<path>`: status classification, the size limit
+    /// and the digest; with `shape`, the body is also kept and parsed.
+    async fn fetch(&self, instance: &InstanceConfig, path: &str, shape: Option<ShapeSpec<'_>>) -> PollResult {
+        let url = join_url(&instance.url, path)?;
         let headers = request_headers(&instance.auth)?;
         let client = self.client_for(instance)?;
 
@@ -109,6 +159,12 @@ impl Poller {
         {
             return Err(too_large(limit));
         }
+        // Only a shape_from group keeps its body; every other group hashes
+        // the chunks as they arrive and drops them.
+        let mut kept: Option<Vec<u8>> = shape.map(|_| {
+            let hint = response.content_length().unwrap_or(0).min(MAX_BODY_PREALLOC);
+            Vec::with_capacity(usize::try_from(hint).unwrap_or(0))
+        });
         let mut hasher = Sha256::new();
         let mut size: u64 = 0;
         while let Some(chunk) = response.chunk().await.map_err(|e| classify_transport(&e))? {
@@ -117,13 +173,68 @@ impl Poller {
                 return Err(too_large(limit));
             }
             hasher.update(&chunk);
+            if let Some(body) = kept.as_mut() {
+                body.extend_from_slice(&chunk);
+            }
         }
+        let shape = match (shape, kept) {
+            (Some(spec), Some(body)) => Some(shape::shape_of(&body, spec.pointer, spec.item_field)?),
+            _ => None,
+        };
         Ok(PollSuccess {
             status,
             digest: digest_prefix(&hasher.finalize()),
             body_bytes: size,
-            ..PollSuccess::default()
+            shape,
+            failed_items: Vec::new(),
         })
+    }
+
+    /// A fan-out run: one request per item, at most [`FAN_OUT_CONCURRENCY`]
+    /// at a time, each under its own instance timeout.
+    async fn poll_fan_out(
+        &self,
+        instance: &InstanceConfig,
+        group: &GroupDef,
+        source: &str,
+        items: &[String],
+    ) -> PollResult {
+        if items.is_empty() {
+            return Err(PollError::new(
+                ErrorCategory::Transient,
+                ErrorKind::Body,
+                format!("fan-out over {source:?}: no items known yet"),
+            ));
+        }
+        // The sliding window keeps the run within `deadline` by itself (see
+        // `run_bounded`); capping each item at the time left makes the bound
+        // hold against timer slack too.
+        let end = tokio::time::Instant::now().checked_add(deadline(instance, group, items.len()));
+        let results = run_bounded(items.len(), FAN_OUT_CONCURRENCY, |i| {
+            self.poll_item(instance, group, &items[i], end)
+        })
+        .await;
+        combine_fan_out(items, results)
+    }
+
+    /// One item of a fan-out: the group path with `{item}` filled in, as a
+    /// normal poll (no shape is parsed), under the instance timeout or the
+    /// time left until `end`, whichever is shorter.
+    async fn poll_item(
+        &self,
+        instance: &InstanceConfig,
+        group: &GroupDef,
+        item: &str,
+        end: Option<tokio::time::Instant>,
+    ) -> PollResult {
+        let path = shape::item_path(&group.path, item)?;
+        let timeout = match end {
+            Some(end) => instance
+                .timeout
+                .min(end.saturating_duration_since(tokio::time::Instant::now())),
+            None => instance.timeout,
+        };
+        self.fetch_timed(instance, &path, None, timeout).await
     }
 
     /// The client for an instance's TLS settings.
@@ -170,6 +281,20 @@ impl Poller {
         cache.insert(fp, client.clone());
         Ok(client)
     }
+}
+
+/// The longest a [`Poller::poll`] of `group` with `items` fan-out items
+/// can take: `instance.timeout` for a normal group (and for a fan-out
+/// with no items), `instance.timeout × ceil(items / 8)` for a fan-out.
+/// Callers that add their own safety timeout should base it on this.
+pub fn deadline(instance: &InstanceConfig, group: &GroupDef, items: usize) -> Duration {
+    if group.fan_out.is_none() || items == 0 {
+        return instance.timeout;
+    }
+    let rounds = items.div_ceil(FAN_OUT_CONCURRENCY);
+    instance
+        .timeout
+        .saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX))
 }
 
 /// Join an instance base URL and a group path with exactly one slash.
@@ -286,6 +411,14 @@ fn status_error(response: &reqwest::Response, category: ErrorCategory, kind: Err
     }
 }
 
+fn timeout_error(timeout: Duration) -> PollError {
+    PollError::new(
+        ErrorCategory::Transient,
+        ErrorKind::Timeout,
+        format!("timed out after {}", crate::model::duration_str::format(timeout)),
+    )
+}
+
 fn too_large(limit: u64) -> PollError {
     PollError::new(
         ErrorCategory::Permanent,
@@ -309,6 +442,116 @@ fn digest_prefix(sha: &[u8]) -> u64 {
         *dst = *src;
     }
     u64::from_be_bytes(first)
+}
+
+/// What a `shape_from` group asks of its body.
+#[derive(Debug, Clone, Copy)]
+struct ShapeSpec<'a> {
+    pointer: &'a str,
+    item_field: Option<&'a str>,
+}
+
+/// The outcome of a fan-out from its items' results, in item order: a
+/// success if any item succeeded (status of the first success, a digest over
+/// the successful `(item, digest)` pairs, the summed size, the failed items),
+/// else the first item's error with its message prefixed by
+/// `all N items failed; first (ITEM): `.
+fn combine_fan_out(items: &[String], results: Vec<PollResult>) -> PollResult {
+    let mut status = None;
+    let mut hasher = Sha256::new();
+    let mut body_bytes: u64 = 0;
+    let mut failed = Vec::new();
+    for (item, result) in items.iter().zip(results) {
+        match result {
+            Ok(ok) => {
+                status.get_or_insert(ok.status);
+                // Length-prefixed, so the byte stream is unambiguous.
+                hasher.update((item.len() as u64).to_be_bytes());
+                hasher.update(item.as_bytes());
+                hasher.update(ok.digest.to_be_bytes());
+                body_bytes = body_bytes.saturating_add(ok.body_bytes);
+            }
+            Err(error) => failed.push(FailedItem {
+                item: item.clone(),
+                error,
+            }),
+        }
+    }
+    if let Some(status) = status {
+        return Ok(PollSuccess {
+            status,
+            digest: digest_prefix(&hasher.finalize()),
+            body_bytes,
+            shape: None,
+            failed_items: failed,
+        });
+    }
+    let n = failed.len();
+    let Some(FailedItem { item, mut error }) = failed.into_iter().next() else {
+        // Unreachable: `items` is never empty here.
+        return Err(PollError::new(
+            ErrorCategory::Transient,
+            ErrorKind::Other,
+            "fan-out ran no items",
+        ));
+    };
+    error.message = format!(
+        "all {n} items failed; first ({}): {}",
+        shape::display_item(&item),
+        error.message
+    );
+    Err(error)
+}
+
+/// Run `make(0) .. make(n - 1)` with at most `limit` of them in flight, a
+/// new one starting as soon as one ends, and return their outputs in index
+/// order.
+///
+/// Why hand-rolled: the futures borrow the poller, the instance and the
+/// items, so they cannot be spawned on a `JoinSet` (which needs `'static`),
+/// and `futures` is not a dependency. A sliding window rather than chunks of
+/// `limit`: with every future bounded by a timeout `T`, each slot finishes
+/// one future per `T` at least, so all `n` have started by
+/// `(ceil(n / limit) - 1) × T` and the run ends within `ceil(n / limit) × T`
+/// (the chunked bound), while a slow item holds up only its own slot. Every
+/// in-flight future is polled on each wake-up, which is cheap for `limit`
+/// = 8. Dropping the returned future drops (cancels) those in flight.
+async fn run_bounded<F, Fut, T>(n: usize, limit: usize, mut make: F) -> Vec<T>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let limit = limit.max(1);
+    let mut running: Vec<(usize, Pin<Box<Fut>>)> = Vec::with_capacity(limit.min(n));
+    let mut done: Vec<(usize, T)> = Vec::with_capacity(n);
+    let mut next = 0;
+    std::future::poll_fn(|cx| {
+        loop {
+            while running.len() < limit && next < n {
+                running.push((next, Box::pin(make(next))));
+                next += 1;
+            }
+            let before = done.len();
+            let mut i = 0;
+            while i < running.len() {
+                if let Poll::Ready(out) = running[i].1.as_mut().poll(cx) {
+                    let (index, _) = running.swap_remove(i);
+                    done.push((index, out));
+                } else {
+                    i += 1;
+                }
+            }
+            if running.is_empty() && next >= n {
+                return Poll::Ready(());
+            }
+            if done.len() == before {
+                return Poll::Pending;
+            }
+        }
+    })
+    .await;
+    done.sort_by_key(|(index, _)| *index);
+    done.into_iter().map(|(_, out)| out).collect()
 }
 
 /// Lock a mutex, recovering from poisoning (the data is a plain cache).

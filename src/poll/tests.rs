@@ -2,7 +2,8 @@
 //! started by each test on port 0.
 
 use super::*;
-use crate::model::TypeDef;
+use crate::model::{ShapeUpdate, TypeDef};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,6 +22,40 @@ enum Behaviour {
     Silent,
     /// Send headers for a large body, then one byte every 50 ms.
     Trickle,
+    /// Answer by request path from a table (404 for unknown paths), after a
+    /// delay, and close.
+    Routes(Routes),
+}
+
+/// A path → response table that tests can change between polls, and the
+/// most requests it has seen in flight at once.
+#[derive(Clone, Default)]
+struct Routes {
+    table: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    delay: Duration,
+    inflight: Arc<AtomicUsize>,
+    max_inflight: Arc<AtomicUsize>,
+}
+
+impl Routes {
+    fn new(delay: Duration) -> Self {
+        Routes {
+            delay,
+            ..Routes::default()
+        }
+    }
+    /// Answer `path` (as in the request line) with `status_line` and `body`.
+    fn set(&self, path: &str, status_line: &str, body: &[u8]) {
+        let bytes = response(status_line, &[("Connection", "close")], body);
+        lock(&self.table).insert(path.into(), bytes);
+    }
+    fn answer(&self, head: &str) -> Vec<u8> {
+        let path = head.split_whitespace().nth(1).unwrap_or_default();
+        lock(&self.table)
+            .get(path)
+            .cloned()
+            .unwrap_or_else(|| response("404 Not Found", &[("Connection", "close")], b""))
+    }
 }
 
 struct Server {
@@ -113,7 +148,7 @@ async fn handle<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, behaviour: Beh
         let Some(head) = read_head(&mut stream).await else {
             return;
         };
-        lock(&reqs).push(head);
+        lock(&reqs).push(head.clone());
         match &behaviour {
             Behaviour::Respond { bytes, keep_alive } => {
                 if stream.write_all(bytes).await.is_err() {
@@ -127,6 +162,17 @@ async fn handle<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, behaviour: Beh
             }
             Behaviour::Silent => {
                 tokio::time::sleep(Duration::from_secs(30)).await;
+                return;
+            }
+            Behaviour::Routes(routes) => {
+                let now = routes.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+                routes.max_inflight.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(routes.delay).await;
+                let bytes = routes.answer(&head);
+                routes.inflight.fetch_sub(1, Ordering::SeqCst);
+                let _ = stream.write_all(&bytes).await;
+                let _ = stream.flush().await;
+                let _ = stream.shutdown().await;
                 return;
             }
             Behaviour::Trickle => {
@@ -167,7 +213,7 @@ fn group(path: &str) -> GroupDef {
 }
 
 async fn poll_url(url: String) -> PollResult {
-    Poller::new().unwrap().poll(&instance(url), &group("")).await
+    Poller::new().unwrap().poll(&instance(url), &group(""), &[]).await
 }
 
 fn sha_prefix(body: &[u8]) -> u64 {
@@ -261,9 +307,18 @@ async fn success_digest_and_size() {
     let b = serve(respond(response("200 OK", &[], body_b))).await;
     let poller = Poller::new().unwrap();
 
-    let first = poller.poll(&instance(a.url("http")), &group("/api")).await.unwrap();
-    let second = poller.poll(&instance(a.url("http")), &group("/api")).await.unwrap();
-    let other = poller.poll(&instance(b.url("http")), &group("/api")).await.unwrap();
+    let first = poller
+        .poll(&instance(a.url("http")), &group("/api"), &[])
+        .await
+        .unwrap();
+    let second = poller
+        .poll(&instance(a.url("http")), &group("/api"), &[])
+        .await
+        .unwrap();
+    let other = poller
+        .poll(&instance(b.url("http")), &group("/api"), &[])
+        .await
+        .unwrap();
 
     assert_eq!(first.status, 200);
     assert_eq!(first.body_bytes, body_a.len() as u64);
@@ -306,7 +361,7 @@ async fn keep_alive_connection_is_reused() {
     .await;
     let poller = Poller::new().unwrap();
     for _ in 0..3 {
-        poller.poll(&instance(s.url("http")), &group("/a")).await.unwrap();
+        poller.poll(&instance(s.url("http")), &group("/a"), &[]).await.unwrap();
     }
     assert_eq!(s.requests().len(), 3);
     assert_eq!(s.connections.load(Ordering::SeqCst), 1);
@@ -443,7 +498,7 @@ async fn silent_server_times_out() {
     let mut inst = instance(s.url("http"));
     inst.timeout = Duration::from_millis(200);
     let started = Instant::now();
-    let result = Poller::new().unwrap().poll(&inst, &group("")).await;
+    let result = Poller::new().unwrap().poll(&inst, &group(""), &[]).await;
     let elapsed = started.elapsed();
     let e = assert_err(&result, Transient, ErrorKind::Timeout);
     assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
@@ -458,7 +513,7 @@ async fn trickling_body_times_out() {
     let mut inst = instance(s.url("http"));
     inst.timeout = Duration::from_millis(300);
     let started = Instant::now();
-    let result = Poller::new().unwrap().poll(&inst, &group("")).await;
+    let result = Poller::new().unwrap().poll(&inst, &group(""), &[]).await;
     assert_err(&result, Transient, ErrorKind::Timeout);
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
@@ -475,11 +530,11 @@ async fn body_larger_than_limit_is_permanent() {
     for s in [&with_len, &without_len] {
         let mut inst = instance(s.url("http"));
         inst.max_response_bytes = 1000;
-        let e = assert_err(&poller.poll(&inst, &group("")).await, Permanent, ErrorKind::Body);
+        let e = assert_err(&poller.poll(&inst, &group(""), &[]).await, Permanent, ErrorKind::Body);
         assert!(e.message.contains("larger than 1000 bytes"), "{}", e.message);
         // Exactly at the limit is fine.
         inst.max_response_bytes = 2000;
-        let ok = poller.poll(&inst, &group("")).await.unwrap();
+        let ok = poller.poll(&inst, &group(""), &[]).await.unwrap();
         assert_eq!(ok.body_bytes, 2000);
     }
 }
@@ -488,7 +543,7 @@ async fn body_larger_than_limit_is_permanent() {
 async fn unresolvable_host_is_transient() {
     let mut inst = instance("http://nonexistent.invalid/".into());
     inst.timeout = Duration::from_secs(5);
-    let result = Poller::new().unwrap().poll(&inst, &group("/x")).await;
+    let result = Poller::new().unwrap().poll(&inst, &group("/x"), &[]).await;
     let e = result.unwrap_err();
     assert_eq!(e.category, Transient, "{e:?}");
     assert!(matches!(e.kind, ErrorKind::Dns | ErrorKind::Connect), "{e:?}");
@@ -541,12 +596,12 @@ async fn auth_headers_are_sent() {
     for (i, (auth, name, value)) in cases.into_iter().enumerate() {
         let mut inst = instance(s.url("http"));
         inst.auth = auth;
-        poller.poll(&inst, &group("")).await.unwrap();
+        poller.poll(&inst, &group(""), &[]).await.unwrap();
         let reqs = s.requests();
         assert_eq!(header(&reqs[i], name), Some(value), "request: {}", reqs[i]);
     }
     // No auth: no Authorization header.
-    poller.poll(&instance(s.url("http")), &group("")).await.unwrap();
+    poller.poll(&instance(s.url("http")), &group(""), &[]).await.unwrap();
     let reqs = s.requests();
     assert_eq!(header(&reqs[4], "authorization"), None);
 }
@@ -577,7 +632,7 @@ async fn invalid_header_values_are_invalid_credentials() {
         let mut inst = instance(s.url("http"));
         inst.auth = auth.clone();
         let e = assert_err(
-            &poller.poll(&inst, &group("")).await,
+            &poller.poll(&inst, &group(""), &[]).await,
             Permanent,
             ErrorKind::InvalidCredentials,
         );
@@ -631,11 +686,11 @@ async fn tls_pinned_fingerprint_succeeds_and_client_is_cached() {
     let mut inst = instance(f.server.url("https"));
     // Lowercase without colons is accepted too.
     inst.tls_fingerprint = Some(hex::encode(f.fingerprint));
-    let ok = poller.poll(&inst, &group("/api2/json/version")).await.unwrap();
+    let ok = poller.poll(&inst, &group("/api2/json/version"), &[]).await.unwrap();
     assert_eq!(ok.status, 200);
     assert_eq!(ok.digest, sha_prefix(br#"{"tls":true}"#));
     inst.tls_fingerprint = Some(tls::format_fingerprint(&f.fingerprint));
-    poller.poll(&inst, &group("")).await.unwrap();
+    poller.poll(&inst, &group(""), &[]).await.unwrap();
     assert_eq!(lock(&poller.pinned).len(), 1, "one client per fingerprint");
     assert_eq!(f.server.requests().len(), 2);
 }
@@ -646,7 +701,7 @@ async fn tls_wrong_fingerprint_names_presented_one() {
     let mut inst = instance(f.server.url("https"));
     inst.tls_fingerprint = Some(tls::format_fingerprint(&[0x11; 32]));
     let e = assert_err(
-        &Poller::new().unwrap().poll(&inst, &group("")).await,
+        &Poller::new().unwrap().poll(&inst, &group(""), &[]).await,
         Permanent,
         ErrorKind::Tls,
     );
@@ -663,7 +718,7 @@ async fn tls_invalid_fingerprint_is_permanent() {
     let mut inst = instance(f.server.url("https"));
     inst.tls_fingerprint = Some("zz".into());
     assert_err(
-        &Poller::new().unwrap().poll(&inst, &group("")).await,
+        &Poller::new().unwrap().poll(&inst, &group(""), &[]).await,
         Permanent,
         ErrorKind::Tls,
     );
@@ -675,7 +730,7 @@ async fn tls_verify_false_accepts_self_signed() {
     let poller = Poller::new().unwrap();
     let mut inst = instance(f.server.url("https"));
     inst.tls_verify = false;
-    let ok = poller.poll(&inst, &group("")).await.unwrap();
+    let ok = poller.poll(&inst, &group(""), &[]).await.unwrap();
     assert_eq!(ok.status, 200);
     assert!(lock(&poller.insecure).is_some());
     assert_eq!(f.server.requests().len(), 1);
@@ -692,4 +747,459 @@ async fn truncated_body_and_empty_reply_are_transient() {
     let s = serve(respond(Vec::new())).await;
     let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::Connect);
     assert_eq!(e.status, None);
+}
+
+// ---------------------------------------------------------------- shape_from
+
+fn shape_group(path: &str, pointer: &str, item_field: Option<&str>) -> GroupDef {
+    let mut g = GroupDef::new("nodes", path, 1, Duration::from_secs(60));
+    g.shape_from = Some(pointer.into());
+    g.item_field = item_field.map(Into::into);
+    g
+}
+
+fn fan_out_group(path: &str) -> GroupDef {
+    let mut g = GroupDef::new("status", path, 3, Duration::from_secs(60));
+    g.fan_out = Some("nodes".into());
+    g
+}
+
+fn items(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn shape_from_counts_array_and_collects_items() {
+    let body = br#"{"data":[{"node":"pve1"},{"node":7},{"node":true},{"other":1},{"node":null},{"node":{"x":1}},{"node":[1]},"bare",{"node":"pve 2"}]}"#;
+    let s = serve(Behaviour::Respond {
+        bytes: response("200 OK", &[("Content-Type", "application/json")], body),
+        keep_alive: true,
+    })
+    .await;
+    let poller = Poller::new().unwrap();
+    let inst = instance(s.url("http"));
+
+    let ok = poller
+        .poll(&inst, &shape_group("/api2/json/nodes", "/data", Some("node")), &[])
+        .await
+        .unwrap();
+    assert_eq!(ok.status, 200);
+    assert_eq!(
+        ok.digest,
+        sha_prefix(body),
+        "the digest is the body's, as for any group"
+    );
+    assert_eq!(ok.body_bytes, body.len() as u64);
+    assert!(ok.failed_items.is_empty());
+    let shape = ok.shape.expect("a shape_from group reports a shape");
+    // Every element counts; only string, number and boolean values name items.
+    assert_eq!(shape.count, 9);
+    assert_eq!(shape.items, ["pve1", "7", "true", "pve 2"]);
+
+    // Without item_field: the count only.
+    let ok = poller
+        .poll(&inst, &shape_group("/api2/json/nodes", "/data", None), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        ok.shape,
+        Some(ShapeUpdate {
+            count: 9,
+            items: vec![]
+        })
+    );
+
+    // The same body through a group without shape_from: no shape.
+    let ok = poller.poll(&inst, &group("/api2/json/nodes"), &[]).await.unwrap();
+    assert_eq!(ok.shape, None);
+    assert_eq!(ok.digest, sha_prefix(body));
+}
+
+#[tokio::test]
+async fn shape_from_whole_body_and_escaped_pointer() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/list", "200 OK", br#"[1, 2, 3]"#);
+    routes.set("/nested", "200 OK", br#"{"a":{"b/c":[["x","y"]],"t~":[]}}"#);
+    routes.set("/empty", "200 OK", br#"{"data":[]}"#);
+    let s = serve(Behaviour::Routes(routes)).await;
+    let poller = Poller::new().unwrap();
+    let inst = instance(s.url("http"));
+
+    let whole = poller
+        .poll(&inst, &shape_group("/list", "", Some("name")), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        whole.shape,
+        Some(ShapeUpdate {
+            count: 3,
+            items: vec![]
+        })
+    );
+    // RFC 6901: `~1` is `/`, `~0` is `~`, and array indices work.
+    let nested = poller
+        .poll(&inst, &shape_group("/nested", "/a/b~1c/0", None), &[])
+        .await
+        .unwrap();
+    assert_eq!(nested.shape.map(|s| s.count), Some(2));
+    let tilde = poller
+        .poll(&inst, &shape_group("/nested", "/a/t~0", None), &[])
+        .await
+        .unwrap();
+    assert_eq!(tilde.shape.map(|s| s.count), Some(0));
+    let empty = poller
+        .poll(&inst, &shape_group("/empty", "/data", Some("n")), &[])
+        .await
+        .unwrap();
+    assert_eq!(empty.shape, Some(ShapeUpdate::default()));
+}
+
+#[tokio::test]
+async fn shape_from_non_array_is_transient_body() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/obj", "200 OK", br#"{"data":{"pve1":{}}}"#);
+    routes.set("/num", "200 OK", br#"{"data":3}"#);
+    let s = serve(Behaviour::Routes(routes)).await;
+    let poller = Poller::new().unwrap();
+    let inst = instance(s.url("http"));
+
+    let r = poller
+        .poll(&inst, &shape_group("/obj", "/data", Some("node")), &[])
+        .await;
+    let e = assert_err(&r, Transient, ErrorKind::Body);
+    assert_eq!(e.message, r#"shape_from "/data": expected an array, found an object"#);
+    assert_eq!(e.status, None);
+
+    let r = poller.poll(&inst, &shape_group("/num", "/data", None), &[]).await;
+    let e = assert_err(&r, Transient, ErrorKind::Body);
+    assert_eq!(e.message, r#"shape_from "/data": expected an array, found a number"#);
+
+    let r = poller.poll(&inst, &shape_group("/obj", "/nodes", None), &[]).await;
+    let e = assert_err(&r, Transient, ErrorKind::Body);
+    assert_eq!(e.message, r#"shape_from "/nodes": nothing at this pointer"#);
+
+    let r = poller.poll(&inst, &shape_group("/obj", "", None), &[]).await;
+    let e = assert_err(&r, Transient, ErrorKind::Body);
+    assert_eq!(e.message, r#"shape_from "": expected an array, found an object"#);
+}
+
+#[tokio::test]
+async fn shape_from_malformed_body_is_transient_body() {
+    let deep = "[".repeat(100_000);
+    let bodies: Vec<(&str, Vec<u8>)> = vec![
+        ("/text", b"<html>not json</html>".to_vec()),
+        ("/empty", Vec::new()),
+        ("/truncated", br#"{"data":[1,"#.to_vec()),
+        ("/binary", vec![0xff, 0x00, 0xfe, b'[', b']']),
+        ("/trailing", br#"{"data":[]} {"#.to_vec()),
+        ("/deep", deep.into_bytes()),
+    ];
+    let routes = Routes::new(Duration::ZERO);
+    for (path, body) in &bodies {
+        routes.set(path, "200 OK", body);
+    }
+    let s = serve(Behaviour::Routes(routes)).await;
+    let poller = Poller::new().unwrap();
+    let inst = InstanceConfig {
+        max_response_bytes: 1 << 20,
+        ..instance(s.url("http"))
+    };
+    for (path, _) in &bodies {
+        let r = poller.poll(&inst, &shape_group(path, "/data", Some("node")), &[]).await;
+        let e = assert_err(&r, Transient, ErrorKind::Body);
+        assert!(
+            e.message.starts_with(r#"shape_from "/data": body is not JSON"#),
+            "{path}: {}",
+            e.message
+        );
+        // Without shape_from the same bodies are fine.
+        poller.poll(&inst, &group(path), &[]).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn shape_from_oversize_is_still_permanent() {
+    let body = format!(r#"{{"data":[{}]}}"#, vec!["1"; 1000].join(","));
+    let with_len = serve(respond(response("200 OK", &[], body.as_bytes()))).await;
+    let mut raw = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_vec();
+    raw.extend_from_slice(body.as_bytes());
+    let without_len = serve(respond(raw)).await;
+    let poller = Poller::new().unwrap();
+    for s in [&with_len, &without_len] {
+        let mut inst = instance(s.url("http"));
+        inst.max_response_bytes = 100;
+        let r = poller.poll(&inst, &shape_group("", "/data", None), &[]).await;
+        let e = assert_err(&r, Permanent, ErrorKind::Body);
+        assert!(e.message.contains("larger than 100 bytes"), "{}", e.message);
+        inst.max_response_bytes = body.len() as u64;
+        let ok = poller.poll(&inst, &shape_group("", "/data", None), &[]).await.unwrap();
+        assert_eq!(ok.shape.map(|s| s.count), Some(1000));
+    }
+}
+
+#[test]
+fn shape_of_never_panics_on_odd_input() {
+    let cases: [&[u8]; 6] = [b"", b"null", b"\"s\"", b"[[[[", b"{\"a\":[1e999]}", b"[\"\\ud800\"]"];
+    for body in cases {
+        for pointer in ["", "/", "/a", "/a/0", "a", "/~2"] {
+            let _ = shape::shape_of(body, pointer, Some("x"));
+        }
+    }
+    let e = shape::shape_of(b"[]", "data", None).unwrap_err();
+    assert_eq!((e.category, e.kind), (Transient, ErrorKind::Body));
+    assert!(e.message.contains("not a JSON pointer"), "{}", e.message);
+    // A key that is the empty string is reachable with "/".
+    let ok = shape::shape_of(br#"{"":[1]}"#, "/", None).unwrap();
+    assert_eq!(ok.count, 1);
+}
+
+// ---------------------------------------------------------------- fan_out
+
+#[test]
+fn path_segment_encoding() {
+    assert_eq!(shape::encode_path_segment("a b/c"), "a%20b%2Fc");
+    assert_eq!(shape::encode_path_segment("x?y#z%"), "x%3Fy%23z%25");
+    assert_eq!(shape::encode_path_segment("ü"), "%C3%BC");
+    assert_eq!(shape::encode_path_segment("AZaz09-._~"), "AZaz09-._~");
+    assert_eq!(
+        shape::encode_path_segment("{item}&=+;:@"),
+        "%7Bitem%7D%26%3D%2B%3B%3A%40"
+    );
+    assert_eq!(
+        shape::item_path("/n/{item}/s/{item}", "a/b").unwrap(),
+        "/n/a%2Fb/s/a%2Fb"
+    );
+    for bad in ["", ".", ".."] {
+        let e = shape::item_path("/n/{item}", bad).unwrap_err();
+        assert_eq!((e.category, e.kind), (Permanent, ErrorKind::InvalidUrl), "{bad:?}");
+    }
+    assert_eq!(shape::item_path("/n/{item}", "...").unwrap(), "/n/...");
+    assert_eq!(shape::display_item("a\nb"), "a?b");
+    assert_eq!(shape::display_item(&"x".repeat(100)), format!("{}...", "x".repeat(64)));
+}
+
+#[test]
+fn deadline_scales_with_rounds_of_eight() {
+    let inst = InstanceConfig {
+        timeout: Duration::from_secs(2),
+        ..InstanceConfig::new("t", "http", "http://127.0.0.1/")
+    };
+    let fan = fan_out_group("/n/{item}");
+    assert_eq!(deadline(&inst, &group("/x"), 0), Duration::from_secs(2));
+    assert_eq!(deadline(&inst, &group("/x"), 100), Duration::from_secs(2));
+    assert_eq!(deadline(&inst, &fan, 0), Duration::from_secs(2));
+    assert_eq!(deadline(&inst, &fan, 1), Duration::from_secs(2));
+    assert_eq!(deadline(&inst, &fan, 8), Duration::from_secs(2));
+    assert_eq!(deadline(&inst, &fan, 9), Duration::from_secs(4));
+    assert_eq!(deadline(&inst, &fan, 17), Duration::from_secs(6));
+    assert_eq!(
+        deadline(&inst, &fan, usize::MAX),
+        Duration::from_secs(2).saturating_mul(u32::MAX)
+    );
+}
+
+#[tokio::test]
+async fn fan_out_partial_failure_reports_failed_items() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/nodes/a/status", "200 OK", b"{\"a\":1}");
+    routes.set("/nodes/b/status", "500 Internal Server Error", b"boom");
+    routes.set("/nodes/c/status", "201 Created", b"{\"c\":22}");
+    let s = serve(Behaviour::Routes(routes)).await;
+    let inst = instance(s.url("http"));
+    let r = Poller::new()
+        .unwrap()
+        .poll(&inst, &fan_out_group("/nodes/{item}/status"), &items(&["a", "b", "c"]))
+        .await;
+    let ok = r.unwrap();
+    assert_eq!(ok.status, 200, "status of the first success");
+    assert_eq!(ok.body_bytes, 7 + 8);
+    assert_eq!(ok.shape, None);
+    assert_eq!(ok.failed_items.len(), 1);
+    let failed = &ok.failed_items[0];
+    assert_eq!(failed.item, "b");
+    assert_eq!(
+        (failed.error.category, failed.error.kind, failed.error.status),
+        (Transient, ErrorKind::Http, Some(500))
+    );
+    assert_eq!(failed.error.message, "HTTP 500 Internal Server Error");
+    let mut lines: Vec<String> = s
+        .requests()
+        .iter()
+        .map(|r| r.lines().next().unwrap_or_default().to_owned())
+        .collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "GET /nodes/a/status HTTP/1.1",
+            "GET /nodes/b/status HTTP/1.1",
+            "GET /nodes/c/status HTTP/1.1"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn fan_out_all_failing_is_first_items_error() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/n/x", "503 Service Unavailable", b"");
+    routes.set("/n/y", "404 Not Found", b"");
+    let s = serve(Behaviour::Routes(routes)).await;
+    let poller = Poller::new().unwrap();
+    let inst = instance(s.url("http"));
+    let r = poller
+        .poll(&inst, &fan_out_group("/n/{item}"), &items(&["x", "y", "z"]))
+        .await;
+    let e = assert_err(&r, Transient, ErrorKind::Http);
+    assert_eq!(e.status, Some(503));
+    assert_eq!(e.message, "all 3 items failed; first (x): HTTP 503 Service Unavailable");
+
+    // The first item decides the category.
+    let r = poller
+        .poll(&inst, &fan_out_group("/n/{item}"), &items(&["y", "x"]))
+        .await;
+    let e = assert_err(&r, Permanent, ErrorKind::Http);
+    assert!(
+        e.message.starts_with("all 2 items failed; first (y): HTTP 404"),
+        "{}",
+        e.message
+    );
+}
+
+#[tokio::test]
+async fn fan_out_items_are_percent_encoded() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/nodes/a%20b%2Fc/status", "200 OK", b"1");
+    routes.set("/nodes/%C3%BC%3F%23%25/status", "200 OK", b"2");
+    routes.set("/nodes/plain-1.2_~/status", "200 OK", b"3");
+    let s = serve(Behaviour::Routes(routes)).await;
+    let inst = instance(s.url("http"));
+    let list = items(&["a b/c", "ü?#%", "plain-1.2_~", ".."]);
+    let ok = Poller::new()
+        .unwrap()
+        .poll(&inst, &fan_out_group("/nodes/{item}/status"), &list)
+        .await
+        .unwrap();
+    // `..` cannot be a path segment: it fails without a request.
+    assert_eq!(ok.failed_items.len(), 1, "{:?}", ok.failed_items);
+    assert_eq!(ok.failed_items[0].item, "..");
+    assert_eq!(
+        (ok.failed_items[0].error.category, ok.failed_items[0].error.kind),
+        (Permanent, ErrorKind::InvalidUrl)
+    );
+    let mut lines: Vec<String> = s
+        .requests()
+        .iter()
+        .map(|r| r.lines().next().unwrap_or_default().to_owned())
+        .collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "GET /nodes/%C3%BC%3F%23%25/status HTTP/1.1",
+            "GET /nodes/a%20b%2Fc/status HTTP/1.1",
+            "GET /nodes/plain-1.2_~/status HTTP/1.1",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn fan_out_without_items_is_transient() {
+    let s = serve(respond(response("200 OK", &[], b"{}"))).await;
+    let r = Poller::new()
+        .unwrap()
+        .poll(&instance(s.url("http")), &fan_out_group("/n/{item}"), &[])
+        .await;
+    let e = assert_err(&r, Transient, ErrorKind::Body);
+    assert_eq!(e.message, r#"fan-out over "nodes": no items known yet"#);
+    assert!(s.requests().is_empty());
+}
+
+#[tokio::test]
+async fn items_are_ignored_without_fan_out() {
+    let s = serve(respond(response("200 OK", &[], b"{}"))).await;
+    let ok = Poller::new()
+        .unwrap()
+        .poll(&instance(s.url("http")), &group("/plain"), &items(&["a", "b"]))
+        .await
+        .unwrap();
+    assert!(ok.failed_items.is_empty());
+    assert_eq!(s.requests().len(), 1);
+    assert!(s.requests()[0].starts_with("GET /plain HTTP/1.1"));
+}
+
+#[tokio::test]
+async fn fan_out_digest_follows_item_bodies() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/n/a", "200 OK", b"alpha");
+    routes.set("/n/b", "200 OK", b"beta");
+    routes.set("/n/c", "200 OK", b"gamma");
+    let s = serve(Behaviour::Routes(routes.clone())).await;
+    let poller = Poller::new().unwrap();
+    let inst = instance(s.url("http"));
+    let g = fan_out_group("/n/{item}");
+    let list = items(&["a", "b", "c"]);
+
+    let first = poller.poll(&inst, &g, &list).await.unwrap();
+    let again = poller.poll(&inst, &g, &list).await.unwrap();
+    assert_eq!(first.digest, again.digest, "unchanged bodies, unchanged digest");
+    assert_eq!(first.body_bytes, 5 + 4 + 5);
+
+    routes.set("/n/b", "200 OK", b"BETA");
+    let changed = poller.poll(&inst, &g, &list).await.unwrap();
+    assert_ne!(changed.digest, first.digest, "one item's body changed");
+    assert_eq!(changed.body_bytes, first.body_bytes);
+
+    routes.set("/n/b", "200 OK", b"beta");
+    let back = poller.poll(&inst, &g, &list).await.unwrap();
+    assert_eq!(back.digest, first.digest);
+
+    // The digest binds bodies to items: swapping two items' bodies changes it.
+    routes.set("/n/a", "200 OK", b"gamma");
+    routes.set("/n/c", "200 OK", b"alpha");
+    let swapped = poller.poll(&inst, &g, &list).await.unwrap();
+    assert_ne!(swapped.digest, first.digest);
+}
+
+#[tokio::test]
+async fn fan_out_runs_at_most_eight_at_once() {
+    let routes = Routes::new(Duration::from_millis(150));
+    let names: Vec<String> = (0..20).map(|i| format!("n{i}")).collect();
+    for n in &names {
+        routes.set(&format!("/n/{n}"), "200 OK", n.as_bytes());
+    }
+    let s = serve(Behaviour::Routes(routes.clone())).await;
+    let started = Instant::now();
+    let ok = Poller::new()
+        .unwrap()
+        .poll(&instance(s.url("http")), &fan_out_group("/n/{item}"), &names)
+        .await
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert!(ok.failed_items.is_empty(), "{:?}", ok.failed_items);
+    assert_eq!(s.requests().len(), 20);
+    let max = routes.max_inflight.load(Ordering::SeqCst);
+    assert!((2..=FAN_OUT_CONCURRENCY).contains(&max), "max in flight: {max}");
+    // Three rounds of 150 ms, not twenty.
+    assert!(elapsed < Duration::from_millis(2000), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn fan_out_item_timeouts_stay_within_deadline() {
+    let s = serve(Behaviour::Silent).await;
+    let mut inst = instance(s.url("http"));
+    inst.timeout = Duration::from_millis(200);
+    let g = fan_out_group("/n/{item}");
+    let names: Vec<String> = (0..9).map(|i| format!("i{i}")).collect();
+    let bound = deadline(&inst, &g, names.len());
+    assert_eq!(bound, Duration::from_millis(400));
+    let started = Instant::now();
+    let r = Poller::new().unwrap().poll(&inst, &g, &names).await;
+    let elapsed = started.elapsed();
+    let e = assert_err(&r, Transient, ErrorKind::Timeout);
+    assert_eq!(e.message, "all 9 items failed; first (i0): timed out after 200ms");
+    // Two rounds: eight items, then the ninth.
+    assert!(elapsed >= Duration::from_millis(390), "{elapsed:?}");
+    // Well under nine sequential timeouts (1.8 s), with slack for a busy machine.
+    assert!(elapsed < bound + Duration::from_millis(800), "{elapsed:?}");
+    assert_eq!(s.requests().len(), 9);
 }
