@@ -8,7 +8,6 @@ use pollster::model::{AdaptiveSettings, ErrorCategory, ErrorKind, FailureSetting
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Duration;
 
 const NOW: Timestamp = Timestamp(1_700_000_000_000);
@@ -28,11 +27,7 @@ fn rules(c: &mut Criterion) {
         ..AdaptiveSettings::default()
     };
     let failure = FailureSettings::default();
-    let meta = TaskMeta {
-        type_name: Arc::from("bench"),
-        priority: 3,
-        planned: Duration::from_secs(5),
-    };
+    let meta = TaskMeta::new("bench", 3, Duration::from_secs(5));
     let mut rng = SmallRng::seed_from_u64(5);
     let mut g = settings(c);
 

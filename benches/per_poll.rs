@@ -45,8 +45,11 @@ fn per_poll(c: &mut Criterion) {
     });
 
     // Three labelled series looked up per poll, among 100k of each.
-    let metrics = Metrics::new(Arc::new(Mutex::new(Scheduler::new(MonitoringSettings::default()))))
-        .expect("the metrics registry builds");
+    let metrics = Metrics::new(
+        Arc::new(Mutex::new(Scheduler::new(MonitoringSettings::default()))),
+        Default::default(),
+    )
+    .expect("the metrics registry builds");
     for k in &keys {
         metrics.observe_poll("http", &k.instance, &k.group, 0.001, None);
     }

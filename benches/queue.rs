@@ -12,7 +12,6 @@ use pollster::model::{MonitoringSettings, PollResult, PollSuccess, TaskKey, Time
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TASKS: usize = 100_000;
@@ -187,11 +186,7 @@ fn scheduler(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(3))
         .warm_up_time(Duration::from_secs(1))
         .sample_size(30);
-    let meta = TaskMeta {
-        type_name: Arc::from("bench"),
-        priority: 1,
-        planned: Duration::from_secs(5),
-    };
+    let meta = TaskMeta::new("bench", 1, Duration::from_secs(5));
     let start = Timestamp(1_700_000_000_000);
     let mut s = Scheduler::new(MonitoringSettings::default());
     for i in 0..TASKS {

@@ -33,6 +33,9 @@ pub enum AppError {
     Poller(#[from] crate::poll::PollerError),
     #[error("metrics registry: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// The over-budget gate refused to start (exit code 2).
+    #[error("{0}")]
+    OverBudget(String),
     #[error("{0}")]
     Other(String),
 }
@@ -137,6 +140,9 @@ impl Application {
             catalog.insert(i, false);
         }
 
+        if let Err(message) = crate::engine::plan::gate(&catalog, &Default::default(), &settings.scheduler) {
+            return Err(AppError::OverBudget(message));
+        }
         let poller = Poller::new()?;
         let shared = Shared::new(store, poller, catalog, layers, settings)?;
         let engine = Engine::start(shared).await?;
@@ -166,6 +172,7 @@ impl Application {
     /// flight finish (or abandon them after a bound) and flush state.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
         let state = AppState::new(self.engine.shared().clone(), web::WebState::new(self.trust_proxy));
+        let state_store = state.shared.store.clone();
         let pruner = tokio::spawn(web::session_store::prune_loop(
             state.shared.store.clone(),
             std::time::Duration::from_secs(600),
@@ -209,6 +216,14 @@ impl Application {
             // they hold) are gone when this returns.
             let _ = api.await;
             let _ = metrics.await;
+        }
+        // A request aborted above may have left a blocking database call
+        // (a session save, say) running; it holds the file until it ends.
+        // Wait for it briefly, so the database is free when this returns.
+        let store = state_store;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while store.handles() > 1 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         tracing::info!("stopped");
         Ok(())

@@ -1,7 +1,11 @@
-//! The command line (clap): `serve`, `demo`, `check-config`, `admin …`.
+//! The command line (clap): `serve`, `demo`, `check-config`, `plan`, `admin …`.
 //! Exit codes: 0 fine, 1 runtime failure, 2 bad configuration or usage.
 
 use crate::config::{self, Config, ConfigError};
+use crate::engine::catalog::Catalog;
+use crate::engine::plan;
+use crate::engine::settings::SettingsLayers;
+use crate::model::MonitoringSettings;
 use crate::model::{TaskKey, Timestamp};
 use crate::store::{Store, StoreError};
 use clap::{Args, Parser, Subcommand};
@@ -38,11 +42,27 @@ pub enum Command {
     Demo(DemoArgs),
     /// Validate a config file (and the environment) and exit: 0 if valid, 2 if not.
     CheckConfig { file: PathBuf },
+    /// Print the solved plan of every budget pool from the config alone,
+    /// without polling anything. Shape counts for planning come from each
+    /// instance's `shape = { nodes = 12 }`.
+    Plan {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// `table` (default) or `json`.
+        #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
+        format: PlanFormat,
+    },
     /// Administer a stopped server's data directory.
     Admin {
         #[command(subcommand)]
         command: AdminCommand,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlanFormat {
+    Table,
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -157,8 +177,55 @@ fn open_store(dir: &DataDirArgs) -> Result<Store, Failure> {
     Ok(Store::open(&data_dir)?)
 }
 
+/// The catalog and settings a config file describes on its own (no saved
+/// instances or settings), for planning.
+fn config_plan(c: &Config) -> Result<(Catalog, MonitoringSettings), Failure> {
+    let mut cat = Catalog::new(c.types.clone(), c.budgets.clone());
+    for i in &c.instances {
+        cat.insert(i.clone(), true);
+    }
+    let layers = SettingsLayers {
+        file: c.monitoring_file.clone(),
+        saved: serde_json::Value::Null,
+        env: c.env.clone(),
+    };
+    let settings = layers.effective().map_err(|errs| Failure {
+        code: EXIT_CONFIG,
+        message: errs.first().map(|e| e.to_string()).unwrap_or_default(),
+    })?;
+    Ok((cat, settings))
+}
+
+fn over_budget(message: String) -> Failure {
+    Failure {
+        code: EXIT_CONFIG,
+        message,
+    }
+}
+
+/// `pollster plan`: the solved plan of every pool, as a table or JSON.
+/// A pool over budget is shown, not an error: the plan is what explains it.
+pub fn plan(file: &Path, format: PlanFormat) -> Result<String, Failure> {
+    let c = load_config(Some(file))?;
+    let (cat, settings) = config_plan(&c)?;
+    let pools = plan::solve_all(&cat, &Default::default(), &settings.scheduler, &Default::default());
+    Ok(match format {
+        PlanFormat::Table => plan::table(&pools),
+        PlanFormat::Json => {
+            let doc = serde_json::json!({
+                "pools": pools.values().map(plan::PoolView::from_status).collect::<Vec<_>>(),
+            });
+            let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
+            s.push('\n');
+            s
+        }
+    })
+}
+
 pub fn check_config(file: &Path) -> Result<String, Failure> {
     let c = load_config(Some(file))?;
+    let (cat, settings) = config_plan(&c)?;
+    plan::gate(&cat, &Default::default(), &settings.scheduler).map_err(over_budget)?;
     let mut out = String::new();
     for w in &c.warnings {
         out.push_str(&format!("warning: {w}\n"));

@@ -13,5 +13,6 @@ pub mod fleet;
 pub mod metrics;
 pub mod model;
 pub mod poll;
+pub mod presets;
 pub mod store;
 pub mod web;

@@ -68,13 +68,21 @@ fn run(cli: Cli) -> Result<(), Failure> {
             print!("{report}");
             Ok(())
         }
+        Command::Plan { config, format } => {
+            print!("{}", cli::plan(&config, format)?);
+            Ok(())
+        }
         Command::Admin { command } => cli::admin(command, &mut std::io::stdout()),
     }
 }
 
 fn app_failure(e: pollster::app::AppError) -> Failure {
+    let code = match e {
+        pollster::app::AppError::OverBudget(_) => EXIT_CONFIG,
+        _ => EXIT_FAILURE,
+    };
     Failure {
-        code: EXIT_FAILURE,
+        code,
         message: e.to_string(),
     }
 }

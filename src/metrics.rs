@@ -7,6 +7,7 @@
 //! the scheduler, so the poll path pays nothing for them.
 
 use crate::core::Scheduler;
+use crate::engine::budget::BudgetState;
 use crate::model::{ErrorCategory, Timestamp};
 use prometheus::core::{Collector, Desc};
 use prometheus::{
@@ -31,11 +32,25 @@ pub struct Metrics {
     pub poll_errors: IntCounterVec,
     /// How late each dispatch was against its due time (queue wait).
     pub dispatch_lateness: prometheus::Histogram,
+    /// HTTP 429 answers by pool.
+    pub rate_limited: IntCounterVec,
 }
 
 impl Metrics {
-    pub fn new(scheduler: Arc<Mutex<Scheduler>>) -> Result<Metrics, prometheus::Error> {
+    pub fn new(
+        scheduler: Arc<Mutex<Scheduler>>,
+        budgets: Arc<Mutex<BudgetState>>,
+    ) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
+        let rate_limited = IntCounterVec::new(
+            Opts::new(
+                "pollster_scheduler_rate_limited_total",
+                "HTTP 429 answers received, by budget pool.",
+            ),
+            &["pool"],
+        )?;
+        registry.register(Box::new(rate_limited.clone()))?;
+        registry.register(Box::new(PlanCollector::new(budgets)?))?;
         let poll_total = IntCounterVec::new(
             Opts::new(
                 "pollster_monitor_poll_total",
@@ -78,6 +93,7 @@ impl Metrics {
             poll_duration,
             poll_errors,
             dispatch_lateness,
+            rate_limited,
         })
     }
 
@@ -281,6 +297,161 @@ impl Collector for StateCollector {
             &self.inflight,
             &self.dead_letter,
             &self.cadence,
+        ] {
+            out.extend(c.collect());
+        }
+        out
+    }
+}
+
+/// The solved plan of every budget pool (§2, §6), read at scrape time.
+struct PlanCollector {
+    budgets: Arc<Mutex<BudgetState>>,
+    interval: GaugeVec,
+    stretch: GaugeVec,
+    demand: GaugeVec,
+    budget: GaugeVec,
+    effective: GaugeVec,
+    utilization: GaugeVec,
+    over_budget: IntGaugeVec,
+    shed: IntGaugeVec,
+    descs: Vec<Desc>,
+}
+
+impl PlanCollector {
+    fn new(budgets: Arc<Mutex<BudgetState>>) -> Result<Self, prometheus::Error> {
+        let group = &["pool", "group"];
+        let pool = &["pool"];
+        let g = |name: &str, help: &str, labels: &[&str]| GaugeVec::new(Opts::new(name, help), labels);
+        let interval = g(
+            "pollster_scheduler_interval_seconds",
+            "Planned interval of each endpoint group (type/group) in its budget pool.",
+            group,
+        )?;
+        let stretch = g(
+            "pollster_scheduler_stretch_factor",
+            "Planned interval divided by the group's floor (1 = at its floor).",
+            group,
+        )?;
+        let demand = g(
+            "pollster_scheduler_estimated_demand_rps",
+            "Requests per second the pool's plan makes.",
+            pool,
+        )?;
+        let budget = g(
+            "pollster_scheduler_budget_rps",
+            "Configured budget of the pool: requests_per_second x shared_fraction.",
+            pool,
+        )?;
+        let effective = g(
+            "pollster_scheduler_effective_budget_rps",
+            "Budget of the pool after AIMD: lowered on HTTP 429, recovering towards the configured budget.",
+            pool,
+        )?;
+        let utilization = g(
+            "pollster_scheduler_budget_utilization_ratio",
+            "Planned demand divided by the effective budget.",
+            pool,
+        )?;
+        let over_budget = IntGaugeVec::new(
+            Opts::new(
+                "pollster_scheduler_over_budget",
+                "1 when the pool's plan exceeds its budget target even with every eligible group at its cap.",
+            ),
+            pool,
+        )?;
+        let shed = IntGaugeVec::new(
+            Opts::new(
+                "pollster_scheduler_shed_groups",
+                "Priority 3-4 groups shed (not polled) to fit the pool's budget.",
+            ),
+            pool,
+        )?;
+        let mut descs = Vec::new();
+        for c in [
+            &interval as &dyn Collector,
+            &stretch,
+            &demand,
+            &budget,
+            &effective,
+            &utilization,
+            &over_budget,
+            &shed,
+        ] {
+            descs.extend(c.desc().into_iter().cloned());
+        }
+        Ok(PlanCollector {
+            budgets,
+            interval,
+            stretch,
+            demand,
+            budget,
+            effective,
+            utilization,
+            over_budget,
+            shed,
+            descs,
+        })
+    }
+}
+
+impl Collector for PlanCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<proto::MetricFamily> {
+        for v in [
+            &self.interval,
+            &self.stretch,
+            &self.demand,
+            &self.budget,
+            &self.effective,
+            &self.utilization,
+        ] {
+            v.reset();
+        }
+        self.over_budget.reset();
+        self.shed.reset();
+        {
+            let Ok(b) = self.budgets.lock() else {
+                return Vec::new();
+            };
+            for p in b.plans.values() {
+                let pool = p.name.as_str();
+                for g in &p.plan.groups {
+                    let group = format!("{}/{}", g.type_name, g.name);
+                    self.interval.with_label_values(&[pool, &group]).set(g.interval_s);
+                    self.stretch.with_label_values(&[pool, &group]).set(g.stretch_factor);
+                }
+                let effective = b.effective_rps(pool);
+                self.demand.with_label_values(&[pool]).set(p.plan.total_demand_rps);
+                self.budget.with_label_values(&[pool]).set(p.plan.budget_rps);
+                self.effective.with_label_values(&[pool]).set(effective);
+                let ratio = if effective > 0.0 {
+                    p.plan.total_demand_rps / effective
+                } else {
+                    0.0
+                };
+                self.utilization.with_label_values(&[pool]).set(ratio);
+                self.over_budget
+                    .with_label_values(&[pool])
+                    .set(i64::from(p.plan.over_budget));
+                self.shed
+                    .with_label_values(&[pool])
+                    .set(p.plan.groups.iter().filter(|g| g.shed).count() as i64);
+            }
+        }
+        let mut out = Vec::new();
+        for c in [
+            &self.interval as &dyn Collector,
+            &self.stretch,
+            &self.demand,
+            &self.budget,
+            &self.effective,
+            &self.utilization,
+            &self.over_budget,
+            &self.shed,
         ] {
             out.extend(c.collect());
         }

@@ -284,7 +284,7 @@ fn quote_plain(v: &str) -> String {
 
 /// Load the file (if any) and the given environment, and validate everything.
 pub fn load(file: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
-    load_with_presets(file, env, &[])
+    load_with_presets(file, env, &crate::presets::all())
 }
 
 /// Like [`load`], with the process environment (non-UTF-8 variables skipped).

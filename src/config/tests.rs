@@ -424,9 +424,12 @@ fn instance_errors() {
     let e = expect_file_error(&text, "instances[1].name", "\"a\"");
     assert!(e.message.contains("duplicate instance name"), "{e}");
 
-    let text = format!("{one}type = \"pve\"\n");
-    let e = expect_file_error(&text, "instances[0].type", "\"pve\"");
-    assert!(e.message.contains("unknown type (known: http)"), "{e}");
+    let text = format!("{one}type = \"nosuch\"\n");
+    let e = expect_file_error(&text, "instances[0].type", "\"nosuch\"");
+    assert!(
+        e.message.contains("unknown type (known: http, meraki, pbs, pmg, pve)"),
+        "{e}"
+    );
 
     let text = format!("{one}budget = \"org\"\n");
     let e = expect_file_error(&text, "instances[0].budget", "\"org\"");
@@ -482,11 +485,17 @@ fn budget_errors() {
 #[test]
 fn pins_must_name_an_existing_type_and_group() {
     let e = expect_file_error(
-        "[scheduler]\ngroup_interval_overrides = { \"pve/storage\" = \"15m\" }\n",
-        "scheduler.group_interval_overrides.pve/storage",
+        "[scheduler]\ngroup_interval_overrides = { \"nosuch/storage\" = \"15m\" }\n",
+        "scheduler.group_interval_overrides.nosuch/storage",
         "\"15m\"",
     );
-    assert!(e.message.contains("no type \"pve\""), "{e}");
+    assert!(e.message.contains("no type \"nosuch\""), "{e}");
+    // The example of the product documentation pins a shipped preset's group.
+    let (_tc, r) = load_text(
+        "[scheduler]\ngroup_interval_overrides = { \"pve/storage\" = \"15m\" }\n",
+        &no_env(),
+    );
+    assert!(r.is_ok(), "{r:?}");
 
     let e = expect_file_error(
         "[scheduler]\ngroup_interval_overrides = { \"http/prob\" = \"1m\" }\n",
@@ -518,14 +527,13 @@ fn sink_errors() {
 
 #[test]
 fn presets_are_known_types() {
-    let mut pve = TypeDef::builtin_http();
-    pve.name = "pve".into();
     let text = "[[instances]]\nname = \"n1\"\ntype = \"pve\"\nurl = \"https://n1:8006\"\n";
     let tc = TempConfig::new(text);
-    assert!(load(Some(&tc.path), &no_env()).is_err());
-    let c = load_with_presets(Some(&tc.path), &no_env(), &[pve]).expect("preset known");
+    let c = load(Some(&tc.path), &no_env()).expect("shipped preset known");
     assert_eq!(c.instances[0].type_name, "pve");
     assert!(c.types.is_empty(), "presets are not file types");
+    // Without the presets, the type is unknown.
+    assert!(load_with_presets(Some(&tc.path), &no_env(), &[]).is_err());
 }
 
 // ---------------------------------------------------------------- durations

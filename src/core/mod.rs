@@ -5,12 +5,15 @@
 //! identical outputs and every rule is testable with a fake clock. The engine
 //! (`crate::engine`) owns the only clock and the only I/O.
 
+pub mod aimd;
 pub mod backoff;
+pub mod bucket;
 pub mod classify;
 pub mod interval;
 pub mod phase;
 pub mod queue;
 pub mod scheduler;
+pub mod solver;
 pub mod staleness;
 pub mod task;
 

@@ -13,6 +13,7 @@
 //! visible. While that happens the task is still in flight, so nothing else
 //! can touch it.
 
+use super::bucket::TokenBucket;
 use super::queue::{QueueEntry, TaskQueue};
 use super::task::{self, TaskMeta, Transition};
 use super::{interval, phase, staleness};
@@ -34,11 +35,18 @@ pub struct Task {
     pub placed_at: Timestamp,
     /// The instance was removed while this task ran.
     pub removed: bool,
+    /// Its `next_run` is a slot its pool's token bucket reserved: dispatch
+    /// it then without charging the bucket again.
+    pub reserved: bool,
+    /// The time it was due before its pool's bucket deferred it: the
+    /// cadence continues from here, not from the deferred slot.
+    pub anchor: Option<Timestamp>,
 }
 
 impl Task {
+    /// Off the schedule: discarded by an operator, or held by the plan.
     pub fn is_parked(&self) -> bool {
-        self.rec.disabled
+        self.rec.disabled || self.meta.hold.is_some()
     }
 }
 
@@ -78,6 +86,8 @@ pub struct Scheduler {
     dirty: HashSet<TaskKey>,
     deleted: Vec<TaskKey>,
     in_flight: usize,
+    /// One token bucket per budget pool, at the pool's effective rate.
+    buckets: HashMap<Arc<str>, TokenBucket>,
 }
 
 impl Scheduler {
@@ -188,6 +198,8 @@ impl Scheduler {
                 in_flight: None,
                 placed_at: now,
                 removed: false,
+                reserved: false,
+                anchor: None,
             },
         );
         self.enqueue(&key, now);
@@ -201,8 +213,68 @@ impl Scheduler {
         if t.meta == meta {
             return;
         }
+        let timing_changed = t.meta.planned != meta.planned || t.meta.hold != meta.hold;
         t.meta = meta;
-        self.retime_one(key, now, &mut NoJitter);
+        if t.meta.hold.is_some() {
+            t.reserved = false;
+            self.queue.remove(key);
+            return;
+        }
+        if timing_changed {
+            self.retime_one(key, now, &mut NoJitter);
+        } else {
+            self.enqueue(key, now);
+        }
+    }
+
+    /// Create or update a pool's token bucket. A lower rate cancels the
+    /// slots already reserved in the pool, so they are reserved again at
+    /// the new rate.
+    pub fn set_pool(&mut self, pool: &str, rate_rps: f64, burst: u32, now: Timestamp) {
+        match self.buckets.get_mut(pool) {
+            Some(b) if b.burst() == burst => {
+                let slower = rate_rps < b.rate();
+                b.set_rate(rate_rps, now);
+                if slower {
+                    self.cancel_reservations(pool);
+                }
+            }
+            _ => {
+                self.buckets
+                    .insert(Arc::from(pool), TokenBucket::new(rate_rps, burst, now));
+                self.cancel_reservations(pool);
+            }
+        }
+    }
+
+    /// Forget pools that no longer exist (their tasks are unbudgeted now).
+    pub fn retain_pools(&mut self, keep: &dyn Fn(&str) -> bool) {
+        self.buckets.retain(|k, _| keep(k));
+    }
+
+    /// A pool's effective rate and pause, for the health data.
+    pub fn pool_bucket(&self, pool: &str) -> Option<&TokenBucket> {
+        self.buckets.get(pool)
+    }
+
+    /// Nothing in `pool` is dispatched before `until` (a `Retry-After`).
+    pub fn pause_pool(&mut self, pool: &str, until: Timestamp, now: Timestamp) {
+        let Some(b) = self.buckets.get_mut(pool) else {
+            return;
+        };
+        if b.paused_until(now).is_some_and(|t| t >= until) {
+            return;
+        }
+        b.pause_until(until);
+        self.cancel_reservations(pool);
+    }
+
+    fn cancel_reservations(&mut self, pool: &str) {
+        for t in self.tasks.values_mut() {
+            if t.reserved && t.meta.pool.as_deref() == Some(pool) {
+                t.reserved = false;
+            }
+        }
     }
 
     /// Take a task off the schedule for good (its instance or group is gone).
@@ -219,11 +291,38 @@ impl Scheduler {
         }
     }
 
-    /// Pop the next due task and mark it in flight.
+    /// Pop the next due task and mark it in flight. A due task whose pool's
+    /// token bucket has no capacity now gets the next free slot reserved and
+    /// goes back in the queue for that time; the next due task is tried.
     pub fn pop_due(&mut self, now: Timestamp) -> Option<Dispatch> {
-        let e = self.queue.pop_due(now)?;
-        let t = self.tasks.get_mut(&e.key)?;
-        let due = t.rec.next_run;
+        let max_interval = self.settings.adaptive.max_interval;
+        let (e, t) = loop {
+            let e = self.queue.pop_due(now)?;
+            let Some(t) = self.tasks.get_mut(&e.key) else {
+                continue;
+            };
+            if !t.reserved
+                && let Some(pool) = &t.meta.pool
+                && let Some(bucket) = self.buckets.get_mut(pool)
+            {
+                let slot = bucket.reserve(now, t.meta.cost);
+                if slot > now {
+                    t.anchor.get_or_insert(t.rec.next_run);
+                    t.rec.next_run = slot;
+                    t.reserved = true;
+                    let score = staleness::score(t.rec.last_success, now, max_interval);
+                    self.queue.upsert(QueueEntry {
+                        next_run: slot,
+                        staleness: (score * 1000.0) as u16,
+                        ..e
+                    });
+                    continue;
+                }
+            }
+            break (e, t);
+        };
+        t.reserved = false;
+        let due = t.anchor.take().unwrap_or(t.rec.next_run);
         let breaker = task::on_dispatch(&mut t.rec, now);
         t.in_flight = Some(due);
         self.in_flight += 1;
@@ -336,6 +435,8 @@ impl Scheduler {
         } else {
             return;
         }
+        t.reserved = false;
+        t.anchor = None;
         self.dirty.insert(key.clone());
         self.enqueue(key, now);
     }
@@ -493,11 +594,7 @@ mod tests {
     const SEC: u64 = 1000;
 
     fn meta(planned_secs: u64) -> TaskMeta {
-        TaskMeta {
-            type_name: Arc::from("http"),
-            priority: 1,
-            planned: Duration::from_secs(planned_secs),
-        }
+        TaskMeta::new("http", 1, Duration::from_secs(planned_secs))
     }
     fn ok(d: u64) -> PollResult {
         Ok(PollSuccess {

@@ -24,8 +24,53 @@ use std::time::Duration;
 pub struct TaskMeta {
     pub type_name: Arc<str>,
     pub priority: u8,
-    /// The planned interval: the group's floor, or its pin.
+    /// The planned interval: the solver's interval for the task's group in
+    /// its pool, or (unbudgeted) the group's floor or pin.
     pub planned: Duration,
+    /// The budget pool whose token bucket the task draws from.
+    pub pool: Option<Arc<str>>,
+    /// Requests one execution costs (a fan-out costs one per item).
+    pub cost: f64,
+    /// Why the plan keeps the task off the schedule for now, if it does.
+    pub hold: Option<Hold>,
+}
+
+impl TaskMeta {
+    /// An unbudgeted task of cost 1 that is not held.
+    pub fn new(type_name: &str, priority: u8, planned: Duration) -> Self {
+        TaskMeta {
+            type_name: Arc::from(type_name),
+            priority,
+            planned,
+            pool: None,
+            cost: 1.0,
+            hold: None,
+        }
+    }
+}
+
+/// Why a configured task is not polled right now. A held task keeps its
+/// state and returns to its cadence when the hold lifts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hold {
+    /// Its pool is over budget even at every group's cap, and its group is
+    /// one of the priority 3–4 groups shed to fit.
+    Shed,
+    /// The scheduler profile leaves its priority out.
+    Profile,
+    /// Its `enabled_when` shape count is zero or not known yet, or it fans
+    /// out over items not learned yet.
+    Shape,
+}
+
+impl Hold {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hold::Shed => "shed",
+            Hold::Profile => "profile",
+            Hold::Shape => "shape",
+        }
+    }
 }
 
 /// How the dead-letter queue changed.
@@ -248,11 +293,7 @@ mod tests {
     use rand::rngs::SmallRng;
 
     fn meta() -> TaskMeta {
-        TaskMeta {
-            type_name: Arc::from("http"),
-            priority: 3,
-            planned: Duration::from_secs(5),
-        }
+        TaskMeta::new("http", 3, Duration::from_secs(5))
     }
     fn transient() -> PollError {
         PollError::new(ErrorCategory::Transient, ErrorKind::Timeout, "timed out")

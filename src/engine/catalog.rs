@@ -2,6 +2,7 @@
 //! Rebuilt (copy-on-write) when instances change; workers read it through an
 //! `Arc` so a poll never holds a lock.
 
+use super::plan::{self, PoolStatus, Shapes};
 use crate::core::task::TaskMeta;
 use crate::model::{BudgetConfig, GroupDef, InstanceConfig, SchedulerSettings, TaskKey, TypeDef};
 use std::collections::BTreeMap;
@@ -22,10 +23,15 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// The built-in `http` type, the shipped presets, then `types` (which
+    /// replace presets of the same name).
     pub fn new(types: Vec<TypeDef>, budgets: Vec<BudgetConfig>) -> Self {
         let mut map = BTreeMap::new();
         let http = TypeDef::builtin_http();
         map.insert(http.name.clone(), Arc::new(http));
+        for t in crate::presets::all() {
+            map.insert(t.name.clone(), Arc::new(t));
+        }
         for t in types {
             map.insert(t.name.clone(), Arc::new(t));
         }
@@ -46,8 +52,14 @@ impl Catalog {
         );
     }
 
-    /// Every task the catalog implies: one per (enabled instance, group).
-    pub fn tasks(&self, s: &SchedulerSettings) -> Vec<(TaskKey, TaskMeta)> {
+    /// Every task the catalog implies: one per (enabled instance, group),
+    /// with the interval, pool, cost and hold the plan gives it.
+    pub fn tasks(
+        &self,
+        s: &SchedulerSettings,
+        plans: &BTreeMap<String, PoolStatus>,
+        shapes: &Shapes,
+    ) -> Vec<(TaskKey, TaskMeta)> {
         let mut out = Vec::new();
         for e in self.instances.values() {
             if !e.config.enabled {
@@ -58,8 +70,14 @@ impl Catalog {
             };
             let type_name: Arc<str> = Arc::from(ty.name.as_str());
             let instance: Arc<str> = Arc::from(e.config.name.as_str());
+            let pool: Option<Arc<str>> = e
+                .config
+                .budget
+                .as_deref()
+                .filter(|p| plans.contains_key(*p))
+                .map(Arc::from);
             for g in &ty.groups {
-                let pin = s.group_interval_overrides.get(&format!("{}/{}", ty.name, g.name));
+                let (planned, hold) = plan::task_plan(plans, &e.config, &ty.name, g, shapes, s);
                 out.push((
                     TaskKey {
                         instance: instance.clone(),
@@ -68,7 +86,10 @@ impl Catalog {
                     TaskMeta {
                         type_name: type_name.clone(),
                         priority: g.priority,
-                        planned: pin.copied().unwrap_or(g.floor),
+                        planned,
+                        pool: pool.clone(),
+                        cost: plan::execution_cost(&e.config, shapes, g).max(1.0),
+                        hold,
                     },
                 ));
             }

@@ -10,7 +10,9 @@
 //! to the scheduler while that lock is held, so a group commit can never
 //! write an older record over a dead-letter move.
 
+pub mod budget;
 pub mod catalog;
+pub mod plan;
 pub mod settings;
 
 use crate::core::Scheduler;
@@ -22,6 +24,7 @@ use crate::model::{
 };
 use crate::poll::Poller;
 use crate::store::Store;
+use budget::BudgetState;
 use catalog::Catalog;
 use settings::SettingsLayers;
 use std::collections::HashMap;
@@ -59,7 +62,12 @@ pub struct Shared {
     pub catalog_edit: tokio::sync::Mutex<()>,
     /// Serialises settings changes (validate-then-save).
     pub settings_edit: tokio::sync::Mutex<()>,
+    /// Budget pools: AIMD, solved plans, learned shapes. Lock order:
+    /// `budgets` before `scheduler`, never the other way round.
+    pub budgets: Arc<Mutex<BudgetState>>,
     wake: Notify,
+    /// Re-solve the plans now (an AIMD move past the hysteresis).
+    resolve: Notify,
     /// Poll tasks spawned and not yet finished (they hold a reference to
     /// this state, and so to the database, until they end).
     running: Arc<AtomicUsize>,
@@ -85,7 +93,8 @@ impl Shared {
         settings: MonitoringSettings,
     ) -> Result<Arc<Shared>, prometheus::Error> {
         let scheduler = Arc::new(Mutex::new(Scheduler::new(settings)));
-        let metrics = Metrics::new(scheduler.clone())?;
+        let budgets = Arc::new(Mutex::new(BudgetState::default()));
+        let metrics = Metrics::new(scheduler.clone(), budgets.clone())?;
         Ok(Arc::new(Shared {
             scheduler,
             store,
@@ -96,7 +105,9 @@ impl Shared {
             write_lock: tokio::sync::Mutex::new(()),
             catalog_edit: tokio::sync::Mutex::new(()),
             settings_edit: tokio::sync::Mutex::new(()),
+            budgets,
             wake: Notify::new(),
+            resolve: Notify::new(),
             running: Arc::new(AtomicUsize::new(0)),
             ready: AtomicBool::new(false),
             last_dispatch_ms: AtomicU64::new(0),
@@ -214,11 +225,21 @@ impl Shared {
         Ok(rec)
     }
 
-    /// Bring the scheduler's task set in line with the catalog.
+    /// Re-solve every pool and bring the scheduler's task set in line with
+    /// the catalog and the new plan: tasks added, removed, re-timed, held
+    /// or released; pool token buckets set to their effective budgets.
     pub fn reconcile(&self, now: Timestamp, stored: &mut HashMap<TaskKey, TaskRecord>, cold_start: bool) {
         let cat = self.catalog();
+        let mut b = lock(&self.budgets);
+        let settings = self.sched().settings().scheduler.clone();
+        b.resolve(&cat, &settings, now);
+        let desired = cat.tasks(&settings, &b.plans, &b.shapes);
         let mut s = self.sched();
-        let desired = cat.tasks(&s.settings().scheduler);
+        for pool in &cat.budgets {
+            s.set_pool(&pool.name, b.effective_rps(&pool.name), pool.burst, now);
+        }
+        s.retain_pools(&|p: &str| cat.budgets.iter().any(|x| x.name == p));
+        drop(b);
         let keep: std::collections::HashSet<&TaskKey> = desired.iter().map(|(k, _)| k).collect();
         let gone: Vec<TaskKey> = s.tasks().map(|t| t.key.clone()).filter(|k| !keep.contains(k)).collect();
         for k in gone {
@@ -235,7 +256,58 @@ impl Shared {
         self.poke();
     }
 
+    /// The over-budget gate (§2) for a proposed catalog and settings,
+    /// with the shapes learned so far.
+    pub fn check_gate(&self, cat: &Catalog, settings: &MonitoringSettings) -> Result<(), String> {
+        let b = lock(&self.budgets);
+        plan::gate(cat, &b.shapes, &settings.scheduler)
+    }
+
+    /// A `shape_from` group answered: keep what it learned, and re-plan
+    /// when the shape changed.
+    fn learn_shape(&self, key: &TaskKey, shape: crate::model::ShapeUpdate) {
+        let changed = lock(&self.budgets).learn(&key.instance, &key.group, shape);
+        if changed {
+            tracing::info!(task = %key, "shape changed; re-planning");
+            let mut none = HashMap::new();
+            self.reconcile(Timestamp::now(), &mut none, false);
+        }
+    }
+
+    /// A 429 from a task of `pool`: AIMD lowers the pool's budget (at most
+    /// once per cooldown) and `Retry-After` pauses the pool.
+    fn rate_limited(&self, pool: &str, retry_after: Option<Duration>, now: Timestamp) {
+        let (signal, rate) = {
+            let mut b = lock(&self.budgets);
+            let aimd = self.sched().settings().scheduler.clone();
+            match b.on_rate_limited(pool, now, retry_after, &aimd) {
+                Some(x) => x,
+                None => return,
+            }
+        };
+        let mut s = self.sched();
+        if signal.decreased {
+            let burst = self.catalog().budgets.iter().find(|b| b.name == pool).map(|b| b.burst);
+            if let Some(burst) = burst {
+                s.set_pool(pool, rate, burst, now);
+            }
+            tracing::warn!(
+                pool,
+                effective_budget_rps = rate,
+                "rate limited (HTTP 429): lowered the pool's budget"
+            );
+        }
+        if let Some(until) = signal.paused_until {
+            s.pause_pool(pool, until, now);
+        }
+        drop(s);
+        if signal.resolve {
+            self.resolve.notify_one();
+        }
+    }
+
     pub fn set_catalog(&self, catalog: Catalog) {
+        lock(&self.budgets).retain_shapes(&catalog);
         *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
         let mut none = HashMap::new();
         self.reconcile(Timestamp::now(), &mut none, false);
@@ -258,6 +330,7 @@ pub struct Engine {
     dispatcher: tokio::task::JoinHandle<()>,
     flusher: tokio::task::JoinHandle<()>,
     history: tokio::task::JoinHandle<()>,
+    resolver: tokio::task::JoinHandle<()>,
 }
 
 impl Engine {
@@ -296,13 +369,15 @@ impl Engine {
         let (stop, rx) = watch::channel(false);
         let dispatcher = tokio::spawn(dispatch_loop(shared.clone(), rx.clone()));
         let flusher = tokio::spawn(flush_loop(shared.clone(), rx.clone()));
-        let history = tokio::spawn(history_loop(shared.clone(), rx));
+        let history = tokio::spawn(history_loop(shared.clone(), rx.clone()));
+        let resolver = tokio::spawn(resolve_loop(shared.clone(), rx));
         Ok(Engine {
             shared,
             stop,
             dispatcher,
             flusher,
             history,
+            resolver,
         })
     }
 
@@ -329,6 +404,7 @@ impl Engine {
         }
         let _ = self.flusher.await;
         let _ = self.history.await;
+        let _ = self.resolver.await;
         match self.shared.flush().await {
             Ok(n) => tracing::info!(records = n, "state flushed"),
             Err(e) => tracing::error!(error = %e, "final state flush failed"),
@@ -390,6 +466,43 @@ async fn flush_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// How often AIMD recovery is applied to the pools' token buckets.
+const AIMD_TICK: Duration = Duration::from_secs(1);
+
+/// Keeps the plans current: AIMD recovery every second, a re-solve when the
+/// effective budget moved past the hysteresis (now, on a 429, or by
+/// recovery) and every `resolve_interval`.
+async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let mut due = false;
+        tokio::select! {
+            _ = tokio::time::sleep(AIMD_TICK) => {}
+            _ = shared.resolve.notified() => due = true,
+            _ = stop.changed() => return,
+        }
+        let now = Timestamp::now();
+        let settings = shared.sched().settings().scheduler.clone();
+        let (changed, resolve, solved_at) = {
+            let mut b = lock(&shared.budgets);
+            let (changed, resolve) = b.tick(now, &settings);
+            (changed, resolve, b.solved_at)
+        };
+        if !changed.is_empty() {
+            let cat = shared.catalog();
+            let mut s = shared.sched();
+            for (pool, rate) in changed {
+                if let Some(b) = cat.budgets.iter().find(|b| b.name == pool) {
+                    s.set_pool(&pool, rate, b.burst, now);
+                }
+            }
+        }
+        if due || resolve || now.since(solved_at) >= settings.resolve_interval {
+            let mut none = HashMap::new();
+            shared.reconcile(now, &mut none, false);
+        }
+    }
+}
+
 async fn history_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
         let now = Timestamp::now().0 / 1000;
@@ -423,10 +536,16 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     let target = shared.catalog().target(&key);
     let result: PollResult = match target {
         Some((instance, group)) => {
+            let items: Vec<String> = if group.fan_out.is_some() {
+                let b = lock(&shared.budgets);
+                plan::fan_out_items(&instance, &b.shapes, &group).to_vec()
+            } else {
+                Vec::new()
+            };
             // The poller enforces the instance timeout itself; this outer
             // bound guarantees a worker can never hang whatever it does.
-            let hard = instance.timeout + Duration::from_millis(500);
-            match tokio::time::timeout(hard, shared.poller.poll(&instance, &group)).await {
+            let hard = crate::poll::deadline(&instance, &group, items.len()) + Duration::from_millis(500);
+            match tokio::time::timeout(hard, shared.poller.poll(&instance, &group, &items)).await {
                 Ok(r) => r,
                 Err(_) => Err(deadline_error(instance.timeout)),
             }
@@ -439,6 +558,28 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     };
     let elapsed = started.elapsed();
     let now = Timestamp::now();
+    // Rate signals go to the pool before the task is re-queued, so the
+    // task's own retry lands after the pool's pause.
+    if let Some(pool) = &d.meta.pool {
+        let limited = match &result {
+            Err(e) if e.is_rate_limited() => Some(e.retry_after),
+            Ok(ok) => ok
+                .failed_items
+                .iter()
+                .find(|f| f.error.is_rate_limited())
+                .map(|f| f.error.retry_after),
+            Err(_) => None,
+        };
+        if let Some(retry_after) = limited {
+            shared.metrics.rate_limited.with_label_values(&[pool]).inc();
+            shared.rate_limited(pool, retry_after, now);
+        }
+    }
+    if let Ok(ok) = &result {
+        for f in &ok.failed_items {
+            tracing::warn!(task = %key, item = %f.item, error = %f.error.message, "fan-out item failed");
+        }
+    }
     // One lock for the common case: plan and apply together. A dead-letter
     // move is planned here and applied only after it is committed.
     let planned = {
@@ -475,6 +616,11 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
             result.as_ref().err().map(|e| e.category),
         );
         log_transition(&key, &transition, &result);
+    }
+    if let Ok(ok) = result
+        && let Some(shape) = ok.shape
+    {
+        shared.learn_shape(&key, shape);
     }
     shared.poke();
 }

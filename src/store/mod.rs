@@ -174,6 +174,14 @@ pub struct Store {
     path: Arc<Path>,
 }
 
+impl Store {
+    /// Handles to the database open in this process (this one included).
+    /// The file is unlocked when the last one is dropped.
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.db)
+    }
+}
+
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")

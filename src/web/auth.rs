@@ -85,9 +85,28 @@ pub async fn require_auth(
     Ok(next.run(req).await)
 }
 
-/// Pages: a logged-in session, or a redirect to `/login` (to `/setup` while
-/// no admin exists).
+/// Pages: a logged-in session (or, for reading, an API token), else a
+/// redirect to `/login` (to `/setup` while no admin exists).
 pub async fn require_login(State(app): State<AppState>, session: Session, mut req: Request, next: Next) -> Response {
+    // A script may read pages (e.g. `/status?format=json`) with an API
+    // token; forms that change something still need a session.
+    if session::is_safe(req.method())
+        && let Some(token) = bearer(&req).map(str::to_owned)
+    {
+        let store = app.shared.store.clone();
+        return match tokio::task::spawn_blocking(move || store.verify_token(&token)).await {
+            Ok(Ok(Some(info))) => {
+                req.extensions_mut().insert(Principal::Token {
+                    id: info.id,
+                    name: info.name,
+                });
+                next.run(req).await
+            }
+            Ok(Ok(None)) => ApiError::unauthorized().into_response(),
+            Ok(Err(e)) => ApiError::from(e).into_response(),
+            Err(e) => ApiError::internal(e).into_response(),
+        };
+    }
     match session::user(&session).await {
         Some(user) => {
             req.extensions_mut().insert(Principal::Session { user });

@@ -18,15 +18,24 @@ fn validate(app: &AppState, i: &InstanceConfig) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The over-budget gate (§2) refuses a change that would push a pool with
+/// no profile over its budget target: 409 with the startup gate's message.
+fn over_budget(message: String) -> ApiError {
+    ApiError::conflict("over_budget", message)
+}
+
 async fn persist(app: &AppState, i: InstanceConfig) -> Result<(), ApiError> {
+    let mut next = (*app.shared.catalog()).clone();
+    next.insert(i.clone(), false);
+    app.shared
+        .check_gate(&next, &app.shared.monitoring())
+        .map_err(over_budget)?;
     let store = app.shared.store.clone();
     let saved = i.clone();
     tokio::task::spawn_blocking(move || store.put_instance(&saved))
         .await
         .map_err(ApiError::internal)??;
-    let mut cat = (*app.shared.catalog()).clone();
-    cat.insert(i, false);
-    app.shared.set_catalog(cat);
+    app.shared.set_catalog(next);
     Ok(())
 }
 
@@ -146,8 +155,12 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
     let mut results = Vec::new();
     for g in groups {
         let started = Instant::now();
-        let hard = e.config.timeout + Duration::from_millis(500);
-        let r = tokio::time::timeout(hard, app.shared.poller.poll(&e.config, &g)).await;
+        let items: Vec<String> = {
+            let b = crate::engine::lock(&app.shared.budgets);
+            crate::engine::plan::fan_out_items(&e.config, &b.shapes, &g).to_vec()
+        };
+        let hard = crate::poll::deadline(&e.config, &g, items.len()) + Duration::from_millis(500);
+        let r = tokio::time::timeout(hard, app.shared.poller.poll(&e.config, &g, &items)).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         results.push(match r {
             Ok(Ok(ok)) => TestResult {
@@ -209,6 +222,9 @@ pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Res
         }
         Err(SettingsError::Invalid(errs)) => return Err(errs.into_iter().map(ApiError::invalid).collect()),
     };
+    app.shared
+        .check_gate(&app.shared.catalog(), &effective)
+        .map_err(|m| vec![over_budget(m)])?;
     let store = app.shared.store.clone();
     let doc = saved.clone();
     tokio::task::spawn_blocking(move || store.put_settings(SETTINGS_KEY, &doc))

@@ -1,60 +1,87 @@
-//! `GET /api/monitoring/scheduler/groups`: every endpoint group and the
-//! interval it is planned at, by pool. Until budget pools are solved, the
-//! planned interval of a group is its floor, or its pin.
+//! `GET /api/monitoring/scheduler/groups`: the solved plan of every budget
+//! pool (and the floors of unbudgeted instances), with the live effective
+//! budget, any `Retry-After` pause and when each group last ran. `/status`
+//! shows the same data, and `/status?format=json` returns it.
 
+use crate::engine::Shared;
+use crate::engine::plan::{PoolView, UNBUDGETED};
+use crate::model::Timestamp;
 use crate::web::AppState;
 use axum::Json;
 use axum::extract::State;
-use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Arc;
 
-pub const UNBUDGETED: &str = "unbudgeted";
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanDoc {
+    #[serde(rename = "updatedAt")]
+    pub updated_at: String,
+    /// RFC 3339: when the plans were last solved.
+    pub solved_at: String,
+    pub pools: Vec<PoolView>,
+}
 
-pub async fn list(State(app): State<AppState>) -> Json<Value> {
-    let cat = app.shared.catalog();
-    let settings = app.shared.monitoring();
-    // pool → (type/group → instances using it)
-    let mut pools: BTreeMap<String, BTreeMap<(String, String), usize>> = BTreeMap::new();
-    for e in cat.instances.values().filter(|e| e.config.enabled) {
-        let pool = e.config.budget.clone().unwrap_or_else(|| UNBUDGETED.to_string());
-        if let Some(t) = cat.types.get(&e.config.type_name) {
-            for g in &t.groups {
-                *pools
-                    .entry(pool.clone())
-                    .or_default()
-                    .entry((t.name.clone(), g.name.clone()))
-                    .or_insert(0) += 1;
+/// (pool, type, group).
+type GroupKey = (Arc<str>, Arc<str>, Arc<str>);
+
+/// The plan of every pool as it stands now.
+pub fn plan_doc(shared: &Shared) -> PlanDoc {
+    let now = Timestamp::now();
+    let cat = shared.catalog();
+    let settings = shared.monitoring().scheduler;
+    let (mut pools, solved_at) = {
+        let b = crate::engine::lock(&shared.budgets);
+        let mut pools: Vec<PoolView> = b
+            .plans
+            .values()
+            .map(|p| {
+                let mut v = PoolView::from_status(p);
+                v.effective_budget_rps = Some(b.effective_rps(&p.name));
+                v
+            })
+            .collect();
+        pools.extend(PoolView::unbudgeted(&cat, &b.shapes, &settings));
+        (pools, b.solved_at)
+    };
+    // Latest attempt per (pool, type, group), and pool pauses.
+    let mut last: HashMap<GroupKey, Timestamp> = HashMap::new();
+    {
+        let s = shared.sched();
+        for v in pools.iter_mut() {
+            v.paused_until = s
+                .pool_bucket(&v.name)
+                .and_then(|b| b.paused_until(now))
+                .map(|t| t.to_rfc3339());
+        }
+        for t in s.tasks() {
+            if let Some(at) = t.rec.last_attempt {
+                let pool = t.meta.pool.clone().unwrap_or_else(|| Arc::from(UNBUDGETED));
+                let e = last
+                    .entry((pool, t.meta.type_name.clone(), t.key.group.clone()))
+                    .or_insert(at);
+                *e = (*e).max(at);
             }
         }
     }
-    let pools: Vec<Value> = pools
-        .into_iter()
-        .map(|(pool, groups)| {
-            let groups: Vec<Value> = groups
-                .into_iter()
-                .filter_map(|((ty, g), instances)| {
-                    let def = cat.types.get(&ty)?.groups.iter().find(|x| x.name == g)?;
-                    let pin = settings
-                        .scheduler
-                        .group_interval_overrides
-                        .get(&format!("{ty}/{g}"))
-                        .copied();
-                    let interval = pin.unwrap_or(def.floor);
-                    Some(json!({
-                        "type": ty,
-                        "group": g,
-                        "priority": def.priority,
-                        "floorSeconds": def.floor.as_secs_f64(),
-                        "intervalSeconds": interval.as_secs_f64(),
-                        "stretch": interval.as_secs_f64() / def.floor.as_secs_f64(),
-                        "pinned": pin.is_some(),
-                        "cost": def.cost,
-                        "instances": instances,
-                    }))
-                })
-                .collect();
-            json!({"pool": pool, "mode": settings.scheduler.mode, "groups": groups})
-        })
-        .collect();
-    Json(json!({"pools": pools}))
+    for v in pools.iter_mut() {
+        let pool: Arc<str> = Arc::from(v.name.as_str());
+        for g in v.groups.iter_mut() {
+            let key = (
+                pool.clone(),
+                Arc::from(g.type_name.as_str()),
+                Arc::from(g.name.as_str()),
+            );
+            g.last_ran = Some(last.get(&key).map(|t| t.to_rfc3339()));
+        }
+    }
+    PlanDoc {
+        updated_at: now.to_rfc3339(),
+        solved_at: solved_at.to_rfc3339(),
+        pools,
+    }
+}
+
+pub async fn list(State(app): State<AppState>) -> Json<PlanDoc> {
+    Json(plan_doc(&app.shared))
 }

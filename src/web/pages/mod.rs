@@ -6,6 +6,7 @@ pub mod account;
 pub mod dashboard;
 pub mod instances;
 pub mod settings;
+pub mod status;
 
 use super::AppState;
 use super::session;
@@ -68,6 +69,7 @@ page_routes! {
     post "/instances/{name}" => instances::update,
     post "/instances/{name}/delete" => instances::delete,
     post "/instances/{name}/test" => instances::test,
+    get "/status" => status::page,
     get "/settings" => settings::index,
     get "/settings/system/monitoring" => settings::monitoring_page,
     post "/settings/system/monitoring" => settings::monitoring_save,

@@ -1,0 +1,568 @@
+//! From the catalog to the solver and back: which groups each budget pool
+//! holds, what one cycle of each costs given the pool's shape, the solved
+//! plan of every pool, the plan a task follows, and the over-budget gate.
+//!
+//! Pure functions over plain data (the catalog, learned shapes, settings and
+//! effective budgets); the engine calls them under its locks, `pollster
+//! plan` and `check-config` call them on the config file alone.
+//!
+//! A group's identity within a pool is `type/group` (the key pins use too).
+//! Its cost per cycle is the sum over the pool's enabled instances of that
+//! type of `cost × items` for a fan-out group (items: the learned item list,
+//! else the count set in the instance's `shape`), or `cost` otherwise.
+
+use super::catalog::Catalog;
+use crate::core::solver::{self, GroupInput, Mode, PoolPlan, SolveSettings};
+use crate::core::task::Hold;
+use crate::model::{GroupDef, InstanceConfig, Profile, SchedulerMode, SchedulerSettings, ShapeUpdate};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// The name under which unbudgeted instances' groups are shown.
+pub const UNBUDGETED: &str = "unbudgeted";
+
+/// Shapes learned from `shape_from` groups: instance → group → shape.
+pub type Shapes = HashMap<String, BTreeMap<String, ShapeUpdate>>;
+
+/// Pins by `type/group`.
+pub fn pin_of(s: &SchedulerSettings, type_name: &str, group: &str) -> Option<Duration> {
+    s.group_interval_overrides.get(&format!("{type_name}/{group}")).copied()
+}
+
+/// The count of shape `name` of an instance: learned, else configured.
+pub fn shape_count(inst: &InstanceConfig, shapes: &Shapes, name: &str) -> Option<u64> {
+    shapes
+        .get(&inst.name)
+        .and_then(|m| m.get(name))
+        .map(|s| s.count)
+        .or_else(|| inst.shape.get(name).copied())
+}
+
+/// The items a fan-out group runs over, as learned.
+pub fn fan_out_items<'a>(inst: &InstanceConfig, shapes: &'a Shapes, g: &GroupDef) -> &'a [String] {
+    g.fan_out
+        .as_ref()
+        .and_then(|f| shapes.get(&inst.name)?.get(f))
+        .map(|s| s.items.as_slice())
+        .unwrap_or(&[])
+}
+
+/// Requests one execution of `g` on `inst` costs, as planned: a fan-out is
+/// one request per item (learned items, else the configured count).
+pub fn execution_cost(inst: &InstanceConfig, shapes: &Shapes, g: &GroupDef) -> f64 {
+    match &g.fan_out {
+        None => g.cost,
+        Some(f) => {
+            let learned = fan_out_items(inst, shapes, g).len() as u64;
+            let n = if learned > 0 {
+                learned
+            } else {
+                shape_count(inst, shapes, f).unwrap_or(0)
+            };
+            g.cost * n as f64
+        }
+    }
+}
+
+/// Does the plan count this group of this instance (its demand), and may it
+/// run now? `None` = it runs; `Some(hold)` = it is held.
+pub fn hold_of(inst: &InstanceConfig, shapes: &Shapes, g: &GroupDef, profile: Option<Profile>) -> Option<Hold> {
+    if let Some(p) = profile
+        && g.priority > p.max_priority()
+    {
+        return Some(Hold::Profile);
+    }
+    if let Some(w) = &g.enabled_when
+        && shape_count(inst, shapes, w).unwrap_or(0) == 0
+    {
+        return Some(Hold::Shape);
+    }
+    if g.fan_out.is_some() && fan_out_items(inst, shapes, g).is_empty() {
+        return Some(Hold::Shape);
+    }
+    None
+}
+
+/// Counted in the plan's demand: in the profile, `enabled_when` satisfied,
+/// and for a fan-out, a known (learned or configured) item count.
+fn counted(inst: &InstanceConfig, shapes: &Shapes, g: &GroupDef, profile: Option<Profile>) -> bool {
+    match hold_of(inst, shapes, g, profile) {
+        None => true,
+        Some(Hold::Shape) => {
+            let when_ok = g
+                .enabled_when
+                .as_ref()
+                .is_none_or(|w| shape_count(inst, shapes, w).unwrap_or(0) > 0);
+            when_ok && execution_cost(inst, shapes, g) > 0.0
+        }
+        Some(_) => false,
+    }
+}
+
+/// The solver's view of one pool: every `type/group` its enabled instances
+/// poll, in (type, group) order, and the pool's summed shape counts.
+pub fn pool_inputs(
+    cat: &Catalog,
+    pool: &str,
+    shapes: &Shapes,
+    s: &SchedulerSettings,
+    profile: Option<Profile>,
+) -> (Vec<GroupInput>, BTreeMap<String, u64>) {
+    let mut groups: BTreeMap<(String, String), GroupInput> = BTreeMap::new();
+    let mut shape_totals: BTreeMap<String, u64> = BTreeMap::new();
+    for e in cat.instances.values() {
+        let inst = &e.config;
+        if !inst.enabled || inst.budget.as_deref() != Some(pool) {
+            continue;
+        }
+        let Some(ty) = cat.types.get(&inst.type_name) else {
+            continue;
+        };
+        for g in ty.groups.iter().filter(|g| g.shape_from.is_some()) {
+            if let Some(n) = shape_count(inst, shapes, &g.name) {
+                *shape_totals.entry(g.name.clone()).or_insert(0) += n;
+            }
+        }
+        for g in &ty.groups {
+            let input = groups
+                .entry((ty.name.clone(), g.name.clone()))
+                .or_insert_with(|| GroupInput {
+                    type_name: ty.name.clone(),
+                    name: g.name.clone(),
+                    priority: g.priority,
+                    floor_s: g.floor.as_secs_f64(),
+                    cost_per_cycle: 0.0,
+                    gated: g.gated,
+                    enabled: false,
+                    pin_s: pin_of(s, &ty.name, &g.name).map(|d| d.as_secs_f64()),
+                });
+            if counted(inst, shapes, g, profile) {
+                input.enabled = true;
+                input.cost_per_cycle += execution_cost(inst, shapes, g);
+            }
+        }
+    }
+    (groups.into_values().collect(), shape_totals)
+}
+
+pub fn solve_settings(s: &SchedulerSettings, shed: bool) -> SolveSettings {
+    SolveSettings {
+        mode: match s.mode {
+            SchedulerMode::Adaptive => Mode::Adaptive,
+            SchedulerMode::Fixed => Mode::Fixed,
+        },
+        target_utilization: s.target_utilization,
+        max_stretch_factor: s.max_stretch_factor,
+        max_interval_s: s.max_interval.as_secs_f64(),
+        shed,
+    }
+}
+
+/// One pool's solved plan, with what the pages and metrics show beside it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolStatus {
+    pub name: String,
+    pub mode: SchedulerMode,
+    pub profile: Option<Profile>,
+    /// Summed shape counts of the pool's instances, by shape name.
+    pub shape: BTreeMap<String, u64>,
+    pub instances: usize,
+    #[serde(flatten)]
+    pub plan: PoolPlan,
+}
+
+/// Solve every configured pool. `effective` holds each pool's effective
+/// budget (AIMD); a pool missing there is solved at its configured budget.
+/// The implicit `full` profile is used when none is set; shedding is on
+/// except in `fixed` mode.
+pub fn solve_all(
+    cat: &Catalog,
+    shapes: &Shapes,
+    s: &SchedulerSettings,
+    effective: &BTreeMap<String, f64>,
+) -> BTreeMap<String, PoolStatus> {
+    let mut out = BTreeMap::new();
+    for b in &cat.budgets {
+        let (inputs, shape) = pool_inputs(cat, &b.name, shapes, s, s.profile);
+        let budget = b.budget_rps();
+        let eff = effective.get(&b.name).copied().unwrap_or(budget);
+        let plan = solver::solve(&inputs, budget, eff, &solve_settings(s, true));
+        let instances = cat
+            .instances
+            .values()
+            .filter(|e| e.config.enabled && e.config.budget.as_deref() == Some(b.name.as_str()))
+            .count();
+        out.insert(
+            b.name.clone(),
+            PoolStatus {
+                name: b.name.clone(),
+                mode: s.mode,
+                profile: s.profile,
+                shape,
+                instances,
+                plan,
+            },
+        );
+    }
+    out
+}
+
+/// The startup and live-change gate (§2): with no profile set and mode
+/// `adaptive`, a pool whose full plan still exceeds its budget target at the
+/// configured budget is refused. The message names the pool, the demand, the
+/// target and what each of the three profiles would need.
+pub fn gate(cat: &Catalog, shapes: &Shapes, s: &SchedulerSettings) -> Result<(), String> {
+    if s.profile.is_some() || s.mode == SchedulerMode::Fixed {
+        return Ok(());
+    }
+    for b in &cat.budgets {
+        let budget = b.budget_rps();
+        let solve = |p: Profile| {
+            let (inputs, _) = pool_inputs(cat, &b.name, shapes, s, Some(p));
+            solver::solve(&inputs, budget, budget, &solve_settings(s, false))
+        };
+        let full = solve(Profile::Full);
+        if !full.over_budget {
+            continue;
+        }
+        let choice = |p: Profile, what: &str| {
+            let plan = solve(p);
+            let verdict = if plan.over_budget { "over" } else { "fits" };
+            format!(
+                "{} ({what}: {:.2} rps, {verdict})",
+                profile_name(p),
+                plan.total_demand_rps
+            )
+        };
+        return Err(format!(
+            "budget pool {:?} is over budget: its plan needs {:.2} rps even with every eligible group stretched to its cap, \
+             above the budget target of {:.2} rps ({:.2} rps × target_utilization {}). \
+             Choose a profile with scheduler.profile: {}, {} or {} (which sheds priority 3-4 groups to fit); \
+             or raise the pool's requests_per_second, or pin longer intervals",
+            b.name,
+            full.total_demand_rps,
+            full.target_rps,
+            budget,
+            s.target_utilization,
+            choice(Profile::Availability, "priority 1"),
+            choice(Profile::Standard, "priorities 1-3"),
+            choice(Profile::Full, "all groups"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn profile_name(p: Profile) -> &'static str {
+    match p {
+        Profile::Availability => "availability",
+        Profile::Standard => "standard",
+        Profile::Full => "full",
+    }
+}
+
+/// The interval and hold a task follows under `plans`: the solved interval
+/// of its group in its pool (a shed group is held), or for an unbudgeted
+/// instance the group's pin or floor.
+pub fn task_plan(
+    plans: &BTreeMap<String, PoolStatus>,
+    inst: &InstanceConfig,
+    type_name: &str,
+    g: &GroupDef,
+    shapes: &Shapes,
+    s: &SchedulerSettings,
+) -> (Duration, Option<Hold>) {
+    let mut hold = hold_of(inst, shapes, g, s.profile);
+    let fixed = pin_of(s, type_name, &g.name).unwrap_or(g.floor);
+    let planned = match inst.budget.as_deref().and_then(|p| plans.get(p)) {
+        None => fixed,
+        Some(pool) => match pool
+            .plan
+            .groups
+            .iter()
+            .find(|x| x.type_name == type_name && x.name == g.name)
+        {
+            Some(gp) => {
+                if gp.shed && hold.is_none() {
+                    hold = Some(Hold::Shed);
+                }
+                secs(gp.interval_s).max(Duration::from_millis(1))
+            }
+            None => fixed,
+        },
+    };
+    (planned, hold)
+}
+
+/// Seconds as a `Duration`, saturating; non-finite or negative → zero.
+pub fn secs(s: f64) -> Duration {
+    if s.is_finite() && s > 0.0 {
+        Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// One pool's plan as the pages, the JSON API and `pollster plan --format
+/// json` show it (one set of field names for all three).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolView {
+    pub name: String,
+    pub mode: SchedulerMode,
+    pub profile: Option<Profile>,
+    /// `null` for unbudgeted instances.
+    pub budget_rps: Option<f64>,
+    pub effective_budget_rps: Option<f64>,
+    pub target_utilization: f64,
+    pub target_rps: Option<f64>,
+    pub total_demand_rps: f64,
+    pub utilization: Option<f64>,
+    pub over_budget: bool,
+    pub fits_after_shedding: bool,
+    pub shape: BTreeMap<String, u64>,
+    pub instances: usize,
+    pub warnings: Vec<String>,
+    /// RFC 3339: the pool's dispatch is paused until then (`Retry-After`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_until: Option<String>,
+    pub groups: Vec<GroupView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupView {
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub name: String,
+    pub priority: u8,
+    pub floor_seconds: f64,
+    pub interval_seconds: f64,
+    pub stretch_factor: f64,
+    pub cost_per_cycle: f64,
+    pub demand_rps: f64,
+    pub pinned: bool,
+    pub pin_below_floor: bool,
+    pub shed: bool,
+    pub enabled: bool,
+    pub gated: bool,
+    /// RFC 3339: the latest attempt of any of the group's tasks (`null`:
+    /// never); absent from `pollster plan`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_ran: Option<Option<String>>,
+}
+
+impl GroupView {
+    pub fn stretched(&self) -> bool {
+        !self.pinned && self.stretch_factor > 1.0 + 1e-9
+    }
+}
+
+impl PoolView {
+    pub fn from_status(p: &PoolStatus) -> PoolView {
+        PoolView {
+            name: p.name.clone(),
+            mode: p.mode,
+            profile: p.profile,
+            budget_rps: Some(p.plan.budget_rps),
+            effective_budget_rps: Some(p.plan.effective_budget_rps),
+            target_utilization: p.plan.target_utilization,
+            target_rps: Some(p.plan.target_rps),
+            total_demand_rps: p.plan.total_demand_rps,
+            utilization: Some(p.plan.utilization),
+            over_budget: p.plan.over_budget,
+            fits_after_shedding: p.plan.fits_after_shedding,
+            shape: p.shape.clone(),
+            instances: p.instances,
+            warnings: p.plan.warnings.clone(),
+            paused_until: None,
+            groups: p
+                .plan
+                .groups
+                .iter()
+                .map(|g| GroupView {
+                    type_name: g.type_name.clone(),
+                    name: g.name.clone(),
+                    priority: g.priority,
+                    floor_seconds: g.floor_s,
+                    interval_seconds: g.interval_s,
+                    stretch_factor: g.stretch_factor,
+                    cost_per_cycle: g.cost_per_cycle,
+                    demand_rps: g.demand_rps,
+                    pinned: g.pinned,
+                    pin_below_floor: g.pin_below_floor,
+                    shed: g.shed,
+                    enabled: g.enabled,
+                    gated: g.gated,
+                    last_ran: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// Instances with no pool: floors and pins only, no budget.
+    pub fn unbudgeted(cat: &Catalog, shapes: &Shapes, s: &SchedulerSettings) -> Option<PoolView> {
+        let mut groups: BTreeMap<(String, String), GroupView> = BTreeMap::new();
+        let mut instances = 0;
+        let mut shape: BTreeMap<String, u64> = BTreeMap::new();
+        for e in cat.instances.values() {
+            let inst = &e.config;
+            if !inst.enabled || inst.budget.is_some() {
+                continue;
+            }
+            let Some(ty) = cat.types.get(&inst.type_name) else {
+                continue;
+            };
+            instances += 1;
+            for g in ty.groups.iter().filter(|g| g.shape_from.is_some()) {
+                if let Some(n) = shape_count(inst, shapes, &g.name) {
+                    *shape.entry(g.name.clone()).or_insert(0) += n;
+                }
+            }
+            for g in &ty.groups {
+                let pin = pin_of(s, &ty.name, &g.name);
+                let interval = pin.unwrap_or(g.floor).as_secs_f64();
+                let v = groups
+                    .entry((ty.name.clone(), g.name.clone()))
+                    .or_insert_with(|| GroupView {
+                        type_name: ty.name.clone(),
+                        name: g.name.clone(),
+                        priority: g.priority,
+                        floor_seconds: g.floor.as_secs_f64(),
+                        interval_seconds: interval,
+                        stretch_factor: interval / g.floor.as_secs_f64(),
+                        cost_per_cycle: 0.0,
+                        demand_rps: 0.0,
+                        pinned: pin.is_some(),
+                        pin_below_floor: pin.is_some_and(|p| p < g.floor),
+                        shed: false,
+                        enabled: false,
+                        gated: g.gated,
+                        last_ran: None,
+                    });
+                if counted(inst, shapes, g, s.profile) {
+                    v.enabled = true;
+                    v.cost_per_cycle += execution_cost(inst, shapes, g);
+                    v.demand_rps = v.cost_per_cycle / v.interval_seconds;
+                }
+            }
+        }
+        if instances == 0 {
+            return None;
+        }
+        let groups: Vec<GroupView> = groups.into_values().collect();
+        Some(PoolView {
+            name: UNBUDGETED.into(),
+            mode: s.mode,
+            profile: s.profile,
+            budget_rps: None,
+            effective_budget_rps: None,
+            target_utilization: s.target_utilization,
+            target_rps: None,
+            total_demand_rps: groups.iter().map(|g| g.demand_rps).sum(),
+            utilization: None,
+            over_budget: false,
+            fits_after_shedding: true,
+            shape,
+            instances,
+            warnings: Vec::new(),
+            paused_until: None,
+            groups,
+        })
+    }
+}
+
+/// The plan as the text table `pollster plan` prints.
+pub fn table(pools: &BTreeMap<String, PoolStatus>) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    if pools.is_empty() {
+        out.push_str("no budget pools: every instance is unbudgeted (floors, pins and adaptive limits only)\n");
+    }
+    for p in pools.values() {
+        let plan = &p.plan;
+        let _ = writeln!(
+            out,
+            "pool {}  mode {}  profile {}  instances {}",
+            p.name,
+            match p.mode {
+                SchedulerMode::Adaptive => "adaptive",
+                SchedulerMode::Fixed => "fixed",
+            },
+            p.profile.map(profile_name).unwrap_or("none (full)"),
+            p.instances
+        );
+        let verdict = if !plan.over_budget {
+            "fits".to_string()
+        } else if plan.fits_after_shedding {
+            "OVER BUDGET (fits after shedding)".to_string()
+        } else {
+            "OVER BUDGET".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "  budget {:.3} rps  effective {:.3} rps  target {:.3} rps ({:.0}%)  demand {:.3} rps  utilisation {:.0}%  {verdict}",
+            plan.budget_rps,
+            plan.effective_budget_rps,
+            plan.target_rps,
+            plan.target_utilization * 100.0,
+            plan.total_demand_rps,
+            plan.utilization * 100.0,
+        );
+        if !p.shape.is_empty() {
+            let shape: Vec<String> = p.shape.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(out, "  shape {}", shape.join(" "));
+        }
+        let _ = writeln!(
+            out,
+            "  {:<40} {:>4} {:>10} {:>10} {:>7} {:>8} {:>11}  flags",
+            "GROUP", "PRIO", "FLOOR", "INTERVAL", "STRETCH", "COST", "DEMAND/s"
+        );
+        for g in &plan.groups {
+            let mut flags = Vec::new();
+            if g.pinned {
+                flags.push(if g.pin_below_floor {
+                    "pinned(below floor)"
+                } else {
+                    "pinned"
+                });
+            }
+            if g.shed {
+                flags.push("shed");
+            }
+            if !g.enabled {
+                flags.push("off");
+            }
+            if !g.gated {
+                flags.push("ungated");
+            }
+            if g.stretch_factor > 1.0 + 1e-9 && !g.pinned {
+                flags.push("stretched");
+            }
+            let _ = writeln!(
+                out,
+                "  {:<40} {:>4} {:>10} {:>10} {:>7.2} {:>8.1} {:>11.4}  {}",
+                format!("{}/{}", g.type_name, g.name),
+                g.priority,
+                human_secs(g.floor_s),
+                human_secs(g.interval_s),
+                g.stretch_factor,
+                g.cost_per_cycle,
+                g.demand_rps,
+                flags.join(",")
+            );
+        }
+        for w in &plan.warnings {
+            let _ = writeln!(out, "  warning: {w}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Seconds for people: `45s`, `7m30s`, `1h`, `1012.5s` → `16m52.5s`.
+pub fn human_secs(s: f64) -> String {
+    if !s.is_finite() || s <= 0.0 {
+        return "0s".into();
+    }
+    let ms = (s * 1000.0).round() as u64;
+    crate::model::duration_str::format(Duration::from_millis(ms))
+}

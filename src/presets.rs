@@ -1,0 +1,244 @@
+//! The shipped API presets: one type per TOML file under `presets/` at the crate root,
+//! embedded at build time. Each file holds a top-level `name` and `[[groups]]` tables
+//! (see `TypeDef`); everything else in a file is `#` comments, because `TypeDef` and
+//! `GroupDef` reject unknown fields.
+
+use crate::model::TypeDef;
+
+/// The preset files as shipped: (type name, TOML text). The name is the file's stem and
+/// must equal the `name` inside the file.
+pub const FILES: &[(&str, &str)] = &[
+    ("pve", include_str!("../presets/pve.toml")),
+    ("pbs", include_str!("../presets/pbs.toml")),
+    ("pmg", include_str!("../presets/pmg.toml")),
+    ("meraki", include_str!("../presets/meraki.toml")),
+];
+
+/// The shipped presets, parsed, in `FILES` order. A file that fails to
+/// parse (impossible in a release: the tests check every file) is left out
+/// and logged.
+pub fn all() -> Vec<TypeDef> {
+    FILES
+        .iter()
+        .filter_map(|(name, text)| match parse(name, text) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::error!(error = %e, "skipping a shipped preset");
+                None
+            }
+        })
+        .collect()
+}
+
+fn parse(file: &str, text: &str) -> Result<TypeDef, String> {
+    let def: TypeDef = toml::from_str(text).map_err(|e| format!("preset {file}.toml: {e}"))?;
+    if def.name != file {
+        return Err(format!(
+            "preset {file}.toml: name {:?} differs from the file name",
+            def.name
+        ));
+    }
+    Ok(def)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::GroupDef;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn all_returns_every_file() {
+        assert_eq!(all().len(), FILES.len());
+    }
+
+    /// The type rules every type obeys ([`TypeDef::validate`]), plus the
+    /// presets' own: every path absolute, a priority-1 group, at most one
+    /// ungated group.
+    fn check(t: &TypeDef) -> Result<(), String> {
+        t.validate(&t.name).map_err(|e| e.to_string())?;
+        for g in &t.groups {
+            if !g.path.starts_with('/') {
+                return Err(format!("{}.{}: path {:?} must start with '/'", t.name, g.name, g.path));
+            }
+        }
+        if !t.groups.iter().any(|g| g.priority == 1) {
+            return Err(format!("{}: no priority-1 group", t.name));
+        }
+        if t.groups.iter().filter(|g| !g.gated).count() > 1 {
+            return Err(format!("{}: more than one ungated group", t.name));
+        }
+        Ok(())
+    }
+
+    fn parsed() -> Vec<TypeDef> {
+        FILES
+            .iter()
+            .map(|(name, text)| parse(name, text).expect("shipped presets parse"))
+            .collect()
+    }
+
+    #[test]
+    fn every_file_parses_with_deny_unknown_fields() {
+        for (name, text) in FILES {
+            if let Err(e) = toml::from_str::<TypeDef>(text) {
+                panic!("{name}.toml does not parse: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn names_equal_file_names() {
+        for (name, text) in FILES {
+            let def: TypeDef = toml::from_str(text).unwrap();
+            assert_eq!(def.name, *name, "{name}.toml");
+        }
+    }
+
+    #[test]
+    fn all_returns_the_four_presets() {
+        let names: Vec<String> = parsed().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["pve", "pbs", "pmg", "meraki"]);
+    }
+
+    #[test]
+    fn every_preset_passes_validation() {
+        for t in parsed() {
+            if let Err(e) = check(&t) {
+                panic!("{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn references_resolve() {
+        for t in parsed() {
+            let shapes: BTreeSet<&str> = t
+                .groups
+                .iter()
+                .filter(|g| g.shape_from.is_some())
+                .map(|g| g.name.as_str())
+                .collect();
+            for g in &t.groups {
+                for r in [&g.enabled_when, &g.fan_out].into_iter().flatten() {
+                    assert!(shapes.contains(r.as_str()), "{}.{}: {r:?} unresolved", t.name, g.name);
+                }
+                if let Some(f) = &g.fan_out {
+                    let src = t.groups.iter().find(|o| &o.name == f).unwrap();
+                    assert!(
+                        src.item_field.is_some(),
+                        "{}.{}: {f:?} lacks item_field",
+                        t.name,
+                        g.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_preset_has_a_priority_1_group_and_absolute_paths() {
+        for t in parsed() {
+            assert!(
+                t.groups.iter().any(|g| g.priority == 1),
+                "{} has no priority-1 group",
+                t.name
+            );
+            for g in &t.groups {
+                assert!(g.path.starts_with('/'), "{}.{}: {:?}", t.name, g.name, g.path);
+            }
+        }
+    }
+
+    #[test]
+    fn group_counts_are_in_range() {
+        for t in parsed() {
+            assert!(
+                (6..=12).contains(&t.groups.len()),
+                "{}: {} groups",
+                t.name,
+                t.groups.len()
+            );
+        }
+    }
+
+    #[test]
+    fn every_file_and_group_is_commented() {
+        for (name, text) in FILES {
+            assert!(text.starts_with('#'), "{name}.toml lacks its header comment");
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                if line.trim() == "[[groups]]" {
+                    let before = lines[..i].iter().rev().find(|l| !l.trim().is_empty());
+                    assert!(
+                        before.is_some_and(|l| l.trim_start().starts_with('#')),
+                        "{name}.toml line {}: [[groups]] without a comment above it",
+                        i + 1
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let top = "name = \"x\"\ndescription = \"nope\"\n";
+        assert!(toml::from_str::<TypeDef>(top).is_err());
+        let group = "name = \"x\"\n[[groups]]\nname = \"g\"\npath = \"/a\"\ncomment = \"nope\"\n";
+        assert!(toml::from_str::<TypeDef>(group).is_err());
+    }
+
+    #[test]
+    fn defaults_apply_to_omitted_fields() {
+        let t: TypeDef = toml::from_str("name = \"x\"\n[[groups]]\nname = \"g\"\npath = \"/a\"\n").unwrap();
+        let g = &t.groups[0];
+        assert_eq!(
+            (g.priority, g.floor.as_secs(), g.cost, g.gated, g.forward),
+            (3, 60, 1.0, true, false)
+        );
+    }
+
+    #[test]
+    fn check_rejects_broken_definitions() {
+        let base = parsed().into_iter().find(|t| t.name == "pve").unwrap();
+        fn grp<'a>(t: &'a mut TypeDef, name: &str) -> &'a mut GroupDef {
+            t.groups.iter_mut().find(|g| g.name == name).unwrap()
+        }
+        type Spoil = fn(&mut TypeDef);
+        let broken: [(&str, Spoil); 9] = [
+            ("fan_out path without {item}", |t| {
+                grp(t, "node_status").path = "/api2/json/nodes".into()
+            }),
+            ("{item} without fan_out", |t| {
+                grp(t, "version").path = "/api2/json/{item}".into()
+            }),
+            ("unknown fan_out", |t| {
+                grp(t, "node_status").fan_out = Some("nope".into())
+            }),
+            ("enabled_when without shape", |t| {
+                grp(t, "ha_status").enabled_when = Some("version".into())
+            }),
+            ("item_field without shape", |t| {
+                grp(t, "version").item_field = Some("x".into())
+            }),
+            ("relative shape_from", |t| {
+                grp(t, "nodes").shape_from = Some("data".into())
+            }),
+            ("priority 5", |t| grp(t, "version").priority = 5),
+            ("zero cost", |t| grp(t, "version").cost = 0.0),
+            ("duplicate name", |t| grp(t, "cluster_status").name = "version".into()),
+        ];
+        assert!(check(&base).is_ok());
+        for (what, spoil) in broken {
+            let mut t = base.clone();
+            spoil(&mut t);
+            assert!(check(&t).is_err(), "check accepted: {what}");
+        }
+    }
+
+    #[test]
+    fn all_reports_a_name_mismatch() {
+        let err = parse("pbs", "name = \"pve\"\n").unwrap_err();
+        assert!(err.contains("pbs.toml"), "{err}");
+    }
+}

@@ -1,0 +1,123 @@
+//! `/status`: the solved plan of every budget pool. A card per pool (mode,
+//! over-budget badge, configured and effective budget, demand, utilisation,
+//! target, shape counts) and a table of its groups (priority, floor,
+//! interval, stretch, demand, pinned, shed, last ran), stretched groups
+//! highlighted. `?format=json` returns the same data as JSON.
+
+use super::{Layout, layout};
+use crate::engine::plan::{GroupView, PoolView, human_secs, profile_name};
+use crate::web::AppState;
+use crate::web::api::groups::{PlanDoc, plan_doc};
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use tower_sessions::Session;
+
+#[derive(Debug, Deserialize)]
+pub struct StatusQuery {
+    pub format: Option<String>,
+}
+
+pub struct PoolCard {
+    pub v: PoolView,
+    pub mode: &'static str,
+    pub profile: String,
+    pub budget: String,
+    pub effective: String,
+    pub target: String,
+    pub demand: String,
+    pub utilization: String,
+    /// Width of the utilisation bar, 0–100.
+    pub bar: u32,
+    pub rows: Vec<GroupRow>,
+    pub stretched: usize,
+}
+
+pub struct GroupRow {
+    pub g: GroupView,
+    pub floor: String,
+    pub interval: String,
+    pub stretch: String,
+    pub demand: String,
+    pub last_ran: String,
+    pub stretched: bool,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "status.html")]
+pub struct StatusPage {
+    pub layout: Layout,
+    pub doc: PlanDoc,
+    pub cards: Vec<PoolCard>,
+}
+
+fn rps(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2} rps")).unwrap_or_else(|| "—".into())
+}
+
+fn card(v: PoolView) -> PoolCard {
+    let rows: Vec<GroupRow> = v
+        .groups
+        .iter()
+        .map(|g| GroupRow {
+            floor: human_secs(g.floor_seconds),
+            interval: human_secs(g.interval_seconds),
+            stretch: format!("×{:.2}", g.stretch_factor),
+            demand: format!("{:.4}", g.demand_rps),
+            last_ran: match &g.last_ran {
+                Some(Some(t)) => t.replace('T', " ").replace('Z', " UTC"),
+                _ => "never".into(),
+            },
+            stretched: g.stretched(),
+            g: g.clone(),
+        })
+        .collect();
+    let live_util = match (v.effective_budget_rps, v.budget_rps) {
+        (Some(e), Some(_)) if e > 0.0 => Some(v.total_demand_rps / e),
+        _ => None,
+    };
+    PoolCard {
+        mode: match v.mode {
+            crate::model::SchedulerMode::Adaptive => "adaptive",
+            crate::model::SchedulerMode::Fixed => "fixed (floors and pins only)",
+        },
+        profile: v.profile.map(profile_name).unwrap_or("none (full)").to_string(),
+        budget: rps(v.budget_rps),
+        effective: rps(v.effective_budget_rps),
+        target: match v.target_rps {
+            Some(t) => format!("{t:.2} rps ({:.0}%)", v.target_utilization * 100.0),
+            None => "—".into(),
+        },
+        demand: format!("{:.3} rps", v.total_demand_rps),
+        utilization: live_util
+            .map(|u| format!("{:.0}%", u * 100.0))
+            .unwrap_or_else(|| "—".into()),
+        bar: live_util.map(|u| (u * 100.0).clamp(0.0, 100.0) as u32).unwrap_or(0),
+        stretched: rows.iter().filter(|r| r.stretched).count(),
+        rows,
+        v,
+    }
+}
+
+pub async fn page(State(app): State<AppState>, session: Session, Query(q): Query<StatusQuery>) -> Response {
+    let doc = plan_doc(&app.shared);
+    if q.format.as_deref() == Some("json") {
+        return Json(doc).into_response();
+    }
+    let cards = doc.pools.iter().cloned().map(card).collect();
+    StatusPage {
+        layout: layout(
+            &session,
+            "Plan",
+            "status",
+            vec![("Dashboard", "/"), ("Plan", "/status")],
+        )
+        .await,
+        doc,
+        cards,
+    }
+    .into_response()
+}
