@@ -2,10 +2,11 @@
 //! newcomer sees every panel move within a minute. Failure settings are
 //! shortened (2 s initial backoff, 2 min dead-letter recheck) so breakers open
 //! and tasks reach the dead-letter queue quickly; everything else is default.
+//! Four instances share a budget pool whose plan is stretched to fit.
 
 use crate::cli::{DemoArgs, EXIT_FAILURE, Failure};
 use crate::fleet::{Behaviour, Fleet};
-use crate::model::{GroupDef, InstanceConfig, Timestamp, TypeDef};
+use crate::model::{BudgetConfig, GroupDef, InstanceConfig, Timestamp, TypeDef};
 use std::future::Future;
 use std::time::Duration;
 
@@ -37,7 +38,44 @@ pub fn fleet_plan() -> Vec<(&'static str, Behaviour, &'static str, Duration)> {
         ("api-unauthorized", Behaviour::Unauthorized, "http", t),
         ("api-hung", Behaviour::Hung, "http", Duration::from_secs(3)),
         ("cluster-multi", Behaviour::Changing, "demo-cluster", t),
+        ("org-east", Behaviour::Changing, "demo-saas", t),
+        ("org-west", Behaviour::Healthy, "demo-saas", t),
+        ("org-north", Behaviour::Changing, "demo-saas", t),
+        ("org-south", Behaviour::Healthy, "demo-saas", t),
     ]
+}
+
+/// The demo's budget pool: the `demo-saas` instances share 2 requests/s,
+/// of which Pollster may use 80 %.
+pub const DEMO_POOL: &str = "demo-org";
+
+pub fn demo_budget() -> BudgetConfig {
+    BudgetConfig {
+        name: DEMO_POOL.into(),
+        requests_per_second: 2.0,
+        shared_fraction: 0.8,
+        burst: 3,
+    }
+}
+
+/// A rate-limited SaaS API: at their floors the four `demo-saas` instances
+/// would need 1.27 requests/s, above the pool's target of 1.12 (1.6 × 0.7),
+/// so the plan stretches the priority-4 inventory group (visible on
+/// `/status`) while status and device data keep their floors.
+pub fn demo_saas_type() -> TypeDef {
+    let g = |name: &str, path: &str, priority: u8, floor: u64, cost: f64| GroupDef {
+        cost,
+        ..GroupDef::new(name, path, priority, Duration::from_secs(floor))
+    };
+    TypeDef {
+        name: "demo-saas".into(),
+        groups: vec![
+            g("status", "/status", 1, 10, 1.0),
+            g("devices", "/devices", 2, 30, 2.0),
+            g("health", "/health", 3, 20, 2.0),
+            g("inventory", "/inventory", 4, 60, 3.0),
+        ],
+    }
 }
 
 /// A type with several groups at different priorities, to show per-group tasks.
@@ -71,11 +109,14 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
     config.monitoring_file.failure.backoff_initial = Duration::from_secs(2);
     config.monitoring_file.failure.dead_letter_recheck = Duration::from_secs(120);
     config.types.push(demo_type());
+    config.types.push(demo_saas_type());
+    config.budgets.push(demo_budget());
     config.instances = plan
         .iter()
         .map(|(name, _, ty, timeout)| InstanceConfig {
             timeout: *timeout,
             labels: [("env".to_string(), "demo".to_string())].into(),
+            budget: (*ty == "demo-saas").then(|| DEMO_POOL.to_string()),
             ..InstanceConfig::new(name, ty, &fleet.url(name))
         })
         .collect();
@@ -97,6 +138,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
     println!();
     println!("  Health API   curl -H 'Authorization: Bearer {token}' http://{api}/api/monitoring/scheduler/health");
     println!("  Web UI       http://{api}/   (first visit: choose the admin password)");
+    println!("  Plan         http://{api}/status   (the {DEMO_POOL} pool's stretched plan)");
     println!("  Metrics      http://{metrics}/metrics");
     println!("  API token    {token}");
     println!("  Data         {}", args.data_dir.display());
@@ -106,4 +148,38 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
     let result = app.run_until_stopped(shutdown).await.map_err(failure);
     fleet.stop().await;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::catalog::Catalog;
+    use crate::engine::plan;
+    use crate::model::SchedulerSettings;
+
+    #[test]
+    fn the_demo_pool_is_stretched_yet_within_budget_and_passes_the_gate() {
+        let mut cat = Catalog::new(vec![demo_type(), demo_saas_type()], vec![demo_budget()]);
+        for (name, _, ty, _) in fleet_plan() {
+            let mut i = InstanceConfig::new(name, ty, "http://127.0.0.1:1/");
+            i.budget = (ty == "demo-saas").then(|| DEMO_POOL.to_string());
+            cat.insert(i, true);
+        }
+        let s = SchedulerSettings::default();
+        assert_eq!(plan::gate(&cat, &Default::default(), &s), Ok(()));
+        let plans = plan::solve_all(&cat, &Default::default(), &s, &Default::default());
+        let pool = &plans[DEMO_POOL].plan;
+        assert!(!pool.over_budget);
+        assert!(pool.total_demand_rps <= pool.target_rps);
+        let stretched: Vec<&str> = pool
+            .groups
+            .iter()
+            .filter(|g| g.stretch_factor > 1.0)
+            .map(|g| g.name.as_str())
+            .collect();
+        assert_eq!(stretched, ["inventory"]);
+        for g in pool.groups.iter().filter(|g| g.priority <= 2) {
+            assert_eq!(g.interval_s, g.floor_s, "{} keeps its floor", g.name);
+        }
+    }
 }

@@ -1076,4 +1076,11 @@ pub struct TaskRecord {
     /// Discarded by an operator: not polled until re-enabled.
     pub disabled: bool,
     pub last_error: Option<PollError>,
+    /// Fan-out items that failed in the last run, which still succeeded
+    /// because at least one item did (at most [`FAILED_ITEMS_KEPT`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_items: Vec<FailedItem>,
 }
+
+/// Failed fan-out items kept per task.
+pub const FAILED_ITEMS_KEPT: usize = 20;

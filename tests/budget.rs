@@ -380,7 +380,7 @@ async fn startup_over_budget_without_a_profile_fails_with_the_gate_message() {
     assert!(matches!(err, pollster::app::AppError::OverBudget(_)), "{err}");
     let msg = err.to_string();
     assert!(msg.contains("\"small\""), "{msg}");
-    assert!(msg.contains("availability (priority 1: 0.40 rps, fits)"), "{msg}");
+    assert!(msg.contains("availability (priority 1 only: 0.400 rps, fits)"), "{msg}");
     // Mode fixed skips the gate.
     c.monitoring_file.scheduler.mode = pollster::model::SchedulerMode::Fixed;
     let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -389,4 +389,106 @@ async fn startup_over_budget_without_a_profile_fails_with_the_gate_message() {
         .await
         .expect("fixed mode starts");
     drop(app);
+}
+
+// ---------------------------------------------------------------- shape and fan-out
+
+#[derive(Clone, Default)]
+struct Cluster {
+    hits: Arc<Mutex<BTreeMap<String, u32>>>,
+}
+
+async fn cluster_api(State(c): State<Cluster>, uri: axum::http::Uri) -> axum::response::Response {
+    let path = uri.path().to_string();
+    *c.hits.lock().expect("lock").entry(path.clone()).or_insert(0) += 1;
+    let json = |body: &str| (StatusCode::OK, [("Content-Type", "application/json")], body.to_string()).into_response();
+    match path.as_str() {
+        "/api/nodes" => json(r#"{"data":[{"node":"n1"},{"node":"n2"},{"node":"bad"}]}"#),
+        "/api/ha" => json(r#"{"data":[]}"#),
+        "/api/nodes/bad/status" => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
+        p if p.starts_with("/api/nodes/") => json(r#"{"cpu":0.1}"#),
+        _ => json("{}"),
+    }
+}
+
+fn cluster_type() -> TypeDef {
+    let mut nodes = GroupDef::new("nodes", "/nodes", 1, Duration::from_millis(100));
+    nodes.shape_from = Some("/data".into());
+    nodes.item_field = Some("node".into());
+    let mut status = GroupDef::new("node_status", "/nodes/{item}/status", 2, Duration::from_millis(100));
+    status.fan_out = Some("nodes".into());
+    let mut ha = GroupDef::new("ha", "/ha", 4, Duration::from_millis(100));
+    ha.shape_from = Some("/data".into());
+    let mut ha_status = GroupDef::new("ha_status", "/ha/status", 3, Duration::from_millis(100));
+    ha_status.enabled_when = Some("ha".into());
+    TypeDef {
+        name: "cluster".into(),
+        groups: vec![nodes, status, ha, ha_status],
+    }
+}
+
+#[tokio::test]
+async fn fan_out_polls_every_item_and_a_partial_success_counts_as_success() {
+    let cluster = Cluster::default();
+    let app_state = cluster.clone();
+    let router = axum::Router::new().fallback(cluster_api).with_state(app_state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    let app = TestApp::spawn_with(vec![], &BTreeMap::new(), |c| {
+        c.types.push(cluster_type());
+        c.instances
+            .push(common::instance("pve-1", "cluster", format!("http://{addr}/api")));
+    })
+    .await;
+    let h = app
+        .wait_health(Duration::from_secs(10), "a partial fan-out run", |h| {
+            h["partial"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|x| x["group"] == "node_status"))
+        })
+        .await;
+    // The run succeeded: no breaker, a last success, and the failed item
+    // is reported with its status.
+    let status = h["staleness"]
+        .as_array()
+        .and_then(|s| s.iter().find(|x| x["group"] == "node_status"))
+        .expect("node_status task");
+    assert!(status["lastSuccess"].is_string(), "{status}");
+    assert!(
+        h["breakers"].as_array().is_some_and(|b| b.is_empty()),
+        "{:#}",
+        h["breakers"]
+    );
+    let partial = h["partial"]
+        .as_array()
+        .and_then(|p| p.iter().find(|x| x["group"] == "node_status"))
+        .expect("partial");
+    assert_eq!(partial["failedItems"][0]["item"], "bad", "{partial}");
+    assert_eq!(partial["failedItems"][0]["status"], 500, "{partial}");
+    assert_eq!(partial["failedItems"].as_array().map(|a| a.len()), Some(1));
+    // One request per item; the group gated on an empty shape never ran.
+    let hits = cluster.hits.lock().expect("lock").clone();
+    for p in ["/api/nodes/n1/status", "/api/nodes/n2/status", "/api/nodes/bad/status"] {
+        assert!(hits.get(p).copied().unwrap_or(0) > 0, "{p} polled: {hits:?}");
+    }
+    assert_eq!(
+        hits.get("/api/ha/status"),
+        None,
+        "ha_status is held while ha = 0: {hits:?}"
+    );
+    // The learned shape shows in the plan.
+    let plan = app.get_json("/api/monitoring/scheduler/groups").await;
+    let pool = &plan["pools"][0];
+    assert_eq!(pool["name"], "unbudgeted");
+    assert_eq!(pool["shape"]["nodes"], 3, "{pool:#}");
+    assert_eq!(pool["shape"]["ha"], 0, "{pool:#}");
+    let fan = pool["groups"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["name"] == "node_status"))
+        .expect("node_status");
+    assert_eq!(fan["cost_per_cycle"], 3.0, "one request per node: {fan}");
+    app.stop().await;
 }

@@ -81,6 +81,104 @@ fn bad_config_exits_2_naming_file_key_and_value() {
     assert!(out.contains("OK"));
 }
 
+/// The worked example of the budget solver as a config file: budget 1 rps,
+/// target 0.7, groups a(p1, 60 s, cost 30), b(p3, 300 s, 60), c(p4, 300 s,
+/// 60), d(p4, 600 s, 60), e(p4, ungated, 900 s, 90).
+fn worked_example(profile: &str) -> String {
+    let group = |name: &str, priority: u8, floor: &str, cost: u32, gated: bool| {
+        format!(
+            "[[types.groups]]\nname = \"{name}\"\npath = \"/{name}\"\npriority = {priority}\nfloor = \"{floor}\"\ncost = {cost}\ngated = {gated}\n"
+        )
+    };
+    format!(
+        "[scheduler]\n{profile}\n[[budgets]]\nname = \"org\"\nrequests_per_second = 1.0\n\n[[types]]\nname = \"ex\"\n{}{}{}{}{}\n[[instances]]\nname = \"one\"\ntype = \"ex\"\nurl = \"http://127.0.0.1:1/\"\nbudget = \"org\"\n",
+        group("a", 1, "60s", 30, true),
+        group("b", 3, "5m", 60, true),
+        group("c", 4, "5m", 60, true),
+        group("d", 4, "10m", 60, true),
+        group("e", 4, "15m", 90, false),
+    )
+}
+
+#[test]
+fn plan_solves_the_worked_example_and_the_gate_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let with_profile = write(dir.path(), "full.toml", &worked_example("profile = \"full\""));
+    let path = with_profile.to_string_lossy().to_string();
+    let (code, out, err) = run(&["plan", "--config", &path, "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(&out).expect("plan JSON");
+    let pool = &doc["pools"][0];
+    assert_eq!(pool["name"], "org");
+    assert_eq!(pool["budget_rps"], 1.0);
+    assert_eq!(pool["effective_budget_rps"], 1.0);
+    assert_eq!(pool["target_utilization"], 0.7);
+    assert_eq!(pool["over_budget"], true);
+    let demand = pool["total_demand_rps"].as_f64().expect("demand");
+    assert!((demand - 0.675).abs() < 1e-9, "{demand}");
+    let g = |name: &str| {
+        pool["groups"]
+            .as_array()
+            .and_then(|gs| gs.iter().find(|g| g["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("group {name} in {pool:#}"))
+    };
+    for (name, interval, shed) in [
+        ("a", 60.0, false),
+        ("b", 1200.0, false),
+        ("c", 1200.0, true),
+        ("d", 2400.0, false),
+        ("e", 900.0, false),
+    ] {
+        let x = g(name);
+        assert_eq!(x["interval_seconds"], interval, "{name}: {x}");
+        assert_eq!(x["shed"], shed, "{name}: {x}");
+        assert_eq!(x["type"], "ex");
+        for field in [
+            "priority",
+            "floor_seconds",
+            "stretch_factor",
+            "cost_per_cycle",
+            "demand_rps",
+            "pinned",
+        ] {
+            assert!(!x[field].is_null(), "{name}: {field} missing in {x}");
+        }
+    }
+    assert_eq!(g("c")["stretch_factor"], 4.0);
+    let (code, table, err) = run(&["plan", "--config", &path]);
+    assert_eq!(code, 0, "{err}");
+    for needle in ["pool org", "OVER BUDGET", "ex/c", "shed", "20m"] {
+        assert!(table.contains(needle), "{needle:?} in {table}");
+    }
+
+    // With no profile the same plan is refused at startup and by
+    // check-config, with the pool, the demand, the target and the choices.
+    let gated = write(dir.path(), "gated.toml", &worked_example(""));
+    let path = gated.to_string_lossy().to_string();
+    for args in [
+        vec!["check-config", path.as_str()],
+        vec!["serve", "--config", path.as_str()],
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        for needle in [
+            "\"org\"",
+            "0.725 rps",
+            "0.700 rps",
+            "availability (priority 1 only: 0.500 rps, fits)",
+            "standard",
+            "full",
+        ] {
+            assert!(err.contains(needle), "{args:?}: {needle:?} in {err}");
+        }
+    }
+    // `plan` still shows it.
+    let (code, out, _) = run(&["plan", "--config", &path, "--format", "json"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("\"over_budget\": true"), "{out}");
+}
+
 #[test]
 fn version_and_help() {
     let (code, out, _) = run(&["--version"]);
@@ -88,7 +186,7 @@ fn version_and_help() {
     assert!(out.contains(env!("CARGO_PKG_VERSION")));
     let (code, out, _) = run(&["--help"]);
     assert_eq!(code, 0);
-    for cmd in ["serve", "demo", "check-config", "admin"] {
+    for cmd in ["serve", "demo", "check-config", "plan", "admin"] {
         assert!(out.contains(cmd), "{cmd} missing from --help");
     }
 }

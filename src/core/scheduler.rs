@@ -17,7 +17,7 @@ use super::bucket::TokenBucket;
 use super::queue::{QueueEntry, TaskQueue};
 use super::task::{self, TaskMeta, Transition};
 use super::{interval, phase, staleness};
-use crate::model::{BreakerState, MonitoringSettings, PollResult, TaskKey, TaskRecord, Timestamp};
+use crate::model::{BreakerState, FAILED_ITEMS_KEPT, MonitoringSettings, PollResult, TaskKey, TaskRecord, Timestamp};
 use rand::Rng;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -347,8 +347,14 @@ impl Scheduler {
         let due = t.in_flight?;
         let mut rec = t.rec.clone();
         let transition = match result {
-            Ok(ok) => task::on_success(&mut rec, &t.meta, ok.digest, due, now, &self.settings.adaptive, rng),
-            Err(err) => task::on_failure(&mut rec, err, now, &self.settings.failure, rng),
+            Ok(ok) => {
+                rec.failed_items = ok.failed_items.iter().take(FAILED_ITEMS_KEPT).cloned().collect();
+                task::on_success(&mut rec, &t.meta, ok.digest, due, now, &self.settings.adaptive, rng)
+            }
+            Err(err) => {
+                rec.failed_items.clear();
+                task::on_failure(&mut rec, err, now, &self.settings.failure, rng)
+            }
         };
         Some(Planned {
             key: key.clone(),

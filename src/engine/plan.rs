@@ -228,24 +228,30 @@ pub fn gate(cat: &Catalog, shapes: &Shapes, s: &SchedulerSettings) -> Result<(),
         }
         let choice = |p: Profile, what: &str| {
             let plan = solve(p);
-            let verdict = if plan.over_budget { "over" } else { "fits" };
+            let verdict = if !plan.over_budget {
+                "fits"
+            } else if p == Profile::Full {
+                "over; sheds priority 3-4 groups until it fits"
+            } else {
+                "over"
+            };
             format!(
-                "{} ({what}: {:.2} rps, {verdict})",
+                "{} ({what}: {:.3} rps, {verdict})",
                 profile_name(p),
                 plan.total_demand_rps
             )
         };
         return Err(format!(
-            "budget pool {:?} is over budget: its plan needs {:.2} rps even with every eligible group stretched to its cap, \
-             above the budget target of {:.2} rps ({:.2} rps × target_utilization {}). \
-             Choose a profile with scheduler.profile: {}, {} or {} (which sheds priority 3-4 groups to fit); \
-             or raise the pool's requests_per_second, or pin longer intervals",
+            "budget pool {:?} is over budget: its plan needs {:.3} rps even with every eligible group stretched to its cap, \
+             above the budget target of {:.3} rps ({:.3} rps × target_utilization {}). \
+             Set scheduler.profile to one of: {}, {}, {}. \
+             Or raise the pool's requests_per_second, or pin longer intervals",
             b.name,
             full.total_demand_rps,
             full.target_rps,
             budget,
             s.target_utilization,
-            choice(Profile::Availability, "priority 1"),
+            choice(Profile::Availability, "priority 1 only"),
             choice(Profile::Standard, "priorities 1-3"),
             choice(Profile::Full, "all groups"),
         ));

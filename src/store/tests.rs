@@ -45,6 +45,16 @@ fn full_task(n: u64) -> TaskRecord {
             status: Some(429),
             retry_after: Some(Duration::from_secs(90)),
         }),
+        failed_items: vec![crate::model::FailedItem {
+            item: "node-2".into(),
+            error: PollError {
+                category: ErrorCategory::Transient,
+                kind: ErrorKind::Http,
+                message: "HTTP 500".into(),
+                status: Some(500),
+                retry_after: None,
+            },
+        }],
     }
 }
 

@@ -1,5 +1,7 @@
 //! Scheduler health (§6): `/healthz`, `/readyz` and
-//! `GET /api/monitoring/scheduler/health` in exactly the documented shape.
+//! `GET /api/monitoring/scheduler/health` in exactly the documented shape,
+//! plus `queue.inFlight` and `partial` (fan-out runs that succeeded with
+//! some items failing, and those items).
 
 use crate::core::task::breaker_at;
 use crate::model::{BreakerState, Timestamp};
@@ -62,6 +64,7 @@ pub fn health_document(app: &AppState, now: Timestamp) -> Value {
     let dead = s.dead_letters();
     let mut breakers = Vec::new();
     let mut staleness = Vec::with_capacity(s.len());
+    let mut partial = Vec::new();
     let mut tasks: Vec<_> = s.tasks().filter(|t| !t.rec.disabled).collect();
     tasks.sort_by(|a, b| a.key.cmp(&b.key));
     for t in tasks {
@@ -74,6 +77,19 @@ pub fn health_document(app: &AppState, now: Timestamp) -> Value {
                 "state": state.as_str(),
                 "failures": t.rec.failures,
                 "retryAt": ts(t.rec.retry_at),
+            }));
+        }
+        if !t.rec.failed_items.is_empty() {
+            partial.push(json!({
+                "instance": &*t.key.instance,
+                "type": &*t.meta.type_name,
+                "group": &*t.key.group,
+                "failedItems": t.rec.failed_items.iter().map(|f| json!({
+                    "item": f.item,
+                    "message": f.error.message,
+                    "status": f.error.status,
+                    "category": f.error.category,
+                })).collect::<Vec<_>>(),
             }));
         }
         let score = crate::core::staleness::score(t.rec.last_success, now, settings.adaptive.max_interval);
@@ -100,6 +116,7 @@ pub fn health_document(app: &AppState, now: Timestamp) -> Value {
         },
         "breakers": breakers,
         "staleness": staleness,
+        "partial": partial,
     })
 }
 
