@@ -337,6 +337,10 @@ async fn a_profile_sheds_priority_3_and_4_groups_and_status_shows_the_plan() {
     assert!(page.contains("over budget"));
     assert!(page.contains("data-group=\"heavy/report\""));
     assert!(page.contains("class=\"stretched\""));
+    // The dashboard summarises the pool.
+    let dash = app.get("/").await.text().await.expect("dashboard");
+    assert!(dash.contains("Budget pools"), "{dash}");
+    assert!(dash.contains("href=\"/status#pool-small\""));
     // Metrics carry the plan.
     let metrics = reqwest::get(format!("http://{}/metrics", app.metrics_addr))
         .await

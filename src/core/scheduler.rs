@@ -621,6 +621,119 @@ mod tests {
         TaskKey::new(i, "probe")
     }
 
+    fn pooled(planned_secs: u64) -> TaskMeta {
+        TaskMeta {
+            pool: Some(Arc::from("org")),
+            ..meta(planned_secs)
+        }
+    }
+
+    fn fixed() -> MonitoringSettings {
+        let mut m = MonitoringSettings::default();
+        m.adaptive.enabled = false;
+        m
+    }
+
+    #[test]
+    fn a_pool_bucket_spaces_dispatches_and_keeps_each_task_on_its_cadence() {
+        let mut s = Scheduler::new(fixed());
+        let t0 = Timestamp(100 * SEC);
+        s.set_pool("org", 1.0, 1, t0);
+        for i in ["a", "b", "c"] {
+            s.place(k(i), pooled(60), None, t0, true);
+        }
+        // One token: one dispatch now, the other two get the next slots.
+        let first = s.pop_due(t0).expect("one dispatch");
+        assert!(s.pop_due(t0).is_none(), "the bucket is empty");
+        let slots: Vec<Timestamp> = ["a", "b", "c"]
+            .iter()
+            .filter(|i| **i != &*first.key.instance)
+            .map(|i| s.get(&k(i)).map(|t| t.rec.next_run).unwrap_or_default())
+            .collect();
+        let mut sorted = slots.clone();
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            [t0.plus(Duration::from_secs(1)), t0.plus(Duration::from_secs(2))]
+        );
+        // A reserved slot dispatches without charging the bucket again, and
+        // the task keeps the time it was due for its cadence.
+        let second = s.pop_due(t0.plus(Duration::from_secs(1))).expect("second slot");
+        assert_eq!(second.due, t0, "due time is the original, not the deferred slot");
+        s.complete(
+            &second.key,
+            &ok(1),
+            t0.plus(Duration::from_secs(1)),
+            &mut SmallRng::seed_from_u64(1),
+        );
+        let next = s.get(&second.key).map(|t| t.rec.next_run);
+        assert_eq!(next, Some(t0.plus(Duration::from_secs(60))), "due + interval");
+        // An unbudgeted task is never held up by the pool.
+        s.place(k("free"), meta(60), None, t0, true);
+        let d = s.pop_due(t0.plus(Duration::from_secs(1))).expect("unbudgeted dispatch");
+        assert_eq!(&*d.key.instance, "free");
+    }
+
+    #[test]
+    fn a_paused_pool_dispatches_nothing_until_the_pause_ends() {
+        let mut s = Scheduler::new(fixed());
+        let t0 = Timestamp(100 * SEC);
+        s.set_pool("org", 10.0, 5, t0);
+        s.place(k("a"), pooled(60), None, t0, true);
+        s.place(k("b"), pooled(60), None, t0, true);
+        let until = t0.plus(Duration::from_secs(7));
+        s.pause_pool("org", until, t0);
+        assert!(s.pop_due(t0).is_none());
+        assert!(s.pop_due(until.minus(Duration::from_millis(1))).is_none());
+        // After the pause: one at once, the next at the steady rate.
+        assert!(s.pop_due(until).is_some());
+        assert!(s.pop_due(until).is_none(), "no burst right after a pause");
+        assert!(s.pop_due(until.plus(Duration::from_millis(100))).is_some());
+        // A shorter pause never shortens a longer one.
+        s.pause_pool("org", t0, t0);
+        assert_eq!(s.pool_bucket("org").and_then(|b| b.paused_until(t0)), Some(until));
+    }
+
+    #[test]
+    fn a_held_task_leaves_the_queue_and_returns_when_released() {
+        let mut s = Scheduler::new(fixed());
+        let t0 = Timestamp(100 * SEC);
+        s.place(k("a"), meta(10), None, t0, true);
+        assert_eq!(s.queue_len(), 1);
+        let held = TaskMeta {
+            hold: Some(task::Hold::Shed),
+            ..meta(10)
+        };
+        s.update_meta(&k("a"), held, t0);
+        assert_eq!(s.queue_len(), 0);
+        assert!(s.pop_due(t0.plus(Duration::from_secs(60))).is_none());
+        s.update_meta(&k("a"), meta(10), t0.plus(Duration::from_secs(60)));
+        assert_eq!(s.queue_len(), 1);
+        assert!(
+            s.pop_due(t0.plus(Duration::from_secs(60))).is_some(),
+            "due again once released"
+        );
+    }
+
+    #[test]
+    fn a_new_planned_interval_retimes_a_queued_task() {
+        let mut s = Scheduler::new(fixed());
+        let t0 = Timestamp(100 * SEC);
+        s.place(k("a"), meta(10), None, t0, true);
+        let d = s.pop_due(t0).expect("dispatch");
+        s.complete(&d.key, &ok(1), t0, &mut SmallRng::seed_from_u64(1));
+        assert_eq!(
+            s.get(&k("a")).map(|t| t.rec.next_run),
+            Some(t0.plus(Duration::from_secs(10)))
+        );
+        s.update_meta(&k("a"), meta(45), t0.plus(Duration::from_secs(1)));
+        assert_eq!(
+            s.get(&k("a")).map(|t| t.rec.next_run),
+            Some(t0.plus(Duration::from_secs(45))),
+            "last attempt + the new planned interval"
+        );
+    }
+
     #[test]
     fn cold_start_polls_at_once_and_later_tasks_get_their_phase() {
         let mut s = Scheduler::new(MonitoringSettings::default());

@@ -41,6 +41,13 @@ fn bearer(req: &Request) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
 }
 
+/// A page asked for as JSON (`?format=json`).
+fn wants_json(req: &Request) -> bool {
+    req.uri()
+        .query()
+        .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "format" && v == "json"))
+}
+
 /// `/api`: a valid bearer token, or a session (with CSRF checks on changes).
 pub async fn require_auth(
     State(app): State<AppState>,
@@ -112,6 +119,8 @@ pub async fn require_login(State(app): State<AppState>, session: Session, mut re
             req.extensions_mut().insert(Principal::Session { user });
             next.run(req).await
         }
+        // A script asking for JSON gets the API's answer, not a login page.
+        None if wants_json(&req) => ApiError::unauthorized().into_response(),
         None => {
             let target = if app.admin_exists().await { "/login" } else { "/setup" };
             Redirect::to(target).into_response()

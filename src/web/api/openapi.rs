@@ -61,14 +61,18 @@ pub fn document() -> Value {
                 "responses": {"200": ok("enabled", r("TaskState")), "401": unauthorized, "404": err("no such task"), "409": err("running now")}}},
             "/api/monitoring/scheduler/groups": {"get": {
                 "summary": "Planned interval of every endpoint group, by pool", "operationId": "listGroups",
-                "responses": {"200": ok("plan", json!({"type": "object", "required": ["pools"], "properties": {"pools": {"type": "array", "items": {"type": "object"}}}})), "401": unauthorized}}},
+                "responses": {"200": ok("plan", r("Plan")), "401": unauthorized}}},
+            "/status": {"get": {
+                "summary": "The plan page; with format=json the same document as listGroups", "operationId": "status",
+                "parameters": [{"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["json"]}}],
+                "responses": {"200": ok("plan (HTML, or JSON with format=json)", r("Plan")), "401": unauthorized}}},
             "/api/settings/monitoring": {
                 "get": {"summary": "Monitoring settings", "operationId": "getMonitoringSettings",
                     "responses": {"200": ok("settings", r("MonitoringSettings")), "401": unauthorized}},
                 "put": {"summary": "Change monitoring settings (partial document; applies at once)", "operationId": "putMonitoringSettings",
                     "requestBody": {"required": true, "content": {"application/json": {"schema": r("MonitoringSettingsPatch")}}},
                     "responses": {"200": ok("settings in force", r("MonitoringSettings")), "400": err("not JSON"), "401": unauthorized,
-                        "409": err("a field is locked by an environment variable"), "422": err("invalid value, naming the field")}}
+                        "409": err("a field is locked by an environment variable, or the settings would push a budget pool with no profile over its target (code over_budget)"), "422": err("invalid value, naming the field")}}
             },
             "/api/instances": {
                 "get": {"summary": "List instances", "operationId": "listInstances",
@@ -80,7 +84,7 @@ pub fn document() -> Value {
                 "post": {"summary": "Add an instance", "operationId": "createInstance",
                     "requestBody": {"required": true, "content": {"application/json": {"schema": r("InstanceInput")}}},
                     "responses": {"201": ok("created", r("Instance")), "400": err("not JSON"), "401": unauthorized,
-                        "409": err("duplicate name"), "422": err("invalid field, named")}}
+                        "409": err("duplicate name, or the change would push a budget pool with no profile over its target (code over_budget)"), "422": err("invalid field, named")}}
             },
             "/api/instances/{name}": {
                 "parameters": name_param(),
@@ -89,7 +93,7 @@ pub fn document() -> Value {
                 "put": {"summary": "Replace an instance (omit `auth` to keep the stored credentials)", "operationId": "updateInstance",
                     "requestBody": {"required": true, "content": {"application/json": {"schema": r("InstanceUpdate")}}},
                     "responses": {"200": ok("updated", r("Instance")), "400": err("not JSON"), "401": unauthorized, "404": err("no such instance"),
-                        "409": err("provisioned by the config file"), "422": err("invalid field, named")}},
+                        "409": err("provisioned by the config file, or over budget (code over_budget)"), "422": err("invalid field, named")}},
                 "delete": {"summary": "Delete an instance", "operationId": "deleteInstance",
                     "responses": {"204": {"description": "deleted"}, "401": unauthorized, "404": err("no such instance"), "409": err("provisioned by the config file")}}
             },
@@ -189,7 +193,34 @@ fn schemas() -> Value {
         "dead_letter_after": {"type": "integer", "minimum": 1, "maximum": 100},
         "dead_letter_recheck": duration}});
 
+    let num = json!({"type": "number"});
+    let num_or_null = json!({"type": "number", "nullable": true});
+    let group_view = json!({"type": "object",
+        "required": ["type", "name", "priority", "floor_seconds", "interval_seconds", "stretch_factor",
+            "cost_per_cycle", "demand_rps", "pinned", "shed"],
+        "properties": {
+            "type": {"type": "string"}, "name": {"type": "string"}, "priority": {"type": "integer", "minimum": 1, "maximum": 4},
+            "floor_seconds": num, "interval_seconds": num, "stretch_factor": num, "cost_per_cycle": num, "demand_rps": num,
+            "pinned": {"type": "boolean"}, "pin_below_floor": {"type": "boolean"}, "shed": {"type": "boolean"},
+            "enabled": {"type": "boolean"}, "gated": {"type": "boolean"}, "last_ran": ts}});
+    let pool_view = json!({"type": "object",
+        "required": ["name", "budget_rps", "effective_budget_rps", "target_utilization", "total_demand_rps", "over_budget", "groups"],
+        "properties": {
+            "name": {"type": "string", "description": "pool name; \"unbudgeted\" for instances with no pool"},
+            "mode": {"type": "string", "enum": ["adaptive", "fixed"]},
+            "profile": {"type": "string", "enum": ["availability", "standard", "full"], "nullable": true},
+            "budget_rps": num_or_null, "effective_budget_rps": num_or_null, "target_utilization": num,
+            "target_rps": num_or_null, "total_demand_rps": num, "utilization": num_or_null,
+            "over_budget": {"type": "boolean"}, "fits_after_shedding": {"type": "boolean"},
+            "shape": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "instances": {"type": "integer"}, "warnings": {"type": "array", "items": {"type": "string"}},
+            "paused_until": {"type": "string", "format": "date-time"},
+            "groups": {"type": "array", "items": group_view}}});
     json!({
+        "Plan": {"type": "object", "required": ["updatedAt", "solved_at", "pools"], "properties": {
+            "updatedAt": {"type": "string", "format": "date-time"},
+            "solved_at": {"type": "string", "format": "date-time"},
+            "pools": {"type": "array", "items": pool_view}}},
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {
             "type": "object", "required": ["code", "message"],
             "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}}}}},

@@ -53,12 +53,27 @@ pub struct StaleRow {
     pub last_success: String,
 }
 
+/// A budget pool as the dashboard summarises it; `/status` has the plan.
+pub struct PoolRow {
+    pub name: String,
+    pub demand: String,
+    pub effective: String,
+    pub budget: String,
+    pub utilization: String,
+    /// Width of the utilisation bar, 0–100.
+    pub bar: u32,
+    pub over_budget: bool,
+    pub stretched: usize,
+    pub shed: usize,
+}
+
 pub struct Chart {
     pub title: &'static str,
     pub svg: String,
 }
 
 pub struct Panels {
+    pub pools: Vec<PoolRow>,
     pub enabled: bool,
     pub depth: usize,
     pub due_soon: usize,
@@ -91,6 +106,37 @@ pub struct PanelsFragment {
     pub p: Panels,
 }
 
+fn pool_rows(app: &AppState) -> Vec<PoolRow> {
+    let b = crate::engine::lock(&app.shared.budgets);
+    b.plans
+        .values()
+        .map(|p| {
+            let effective = b.effective_rps(&p.name);
+            let util = if effective > 0.0 {
+                p.plan.total_demand_rps / effective
+            } else {
+                0.0
+            };
+            PoolRow {
+                name: p.name.clone(),
+                demand: format!("{:.2}", p.plan.total_demand_rps),
+                effective: format!("{effective:.2}"),
+                budget: format!("{:.2}", p.plan.budget_rps),
+                utilization: format!("{:.0}%", util * 100.0),
+                bar: (util * 100.0).clamp(0.0, 100.0) as u32,
+                over_budget: p.plan.over_budget,
+                stretched: p
+                    .plan
+                    .groups
+                    .iter()
+                    .filter(|g| !g.pinned && g.stretch_factor > 1.0 + 1e-9)
+                    .count(),
+                shed: p.plan.groups.iter().filter(|g| g.shed).count(),
+            }
+        })
+        .collect()
+}
+
 fn when(t: Option<Timestamp>) -> String {
     t.map(|t| t.to_rfc3339().replace('T', " ").replace('Z', " UTC"))
         .unwrap_or_else(|| "never".into())
@@ -98,6 +144,8 @@ fn when(t: Option<Timestamp>) -> String {
 
 /// Everything the panels show, computed under one short scheduler lock.
 pub fn panels(app: &AppState, now: Timestamp, history: &[(u64, crate::store::Rollup)]) -> Panels {
+    // Budgets before the scheduler: the engine's lock order.
+    let pools = pool_rows(app);
     let s = app.shared.sched();
     let settings = s.settings();
     let max = settings.adaptive.max_interval;
@@ -221,6 +269,7 @@ pub fn panels(app: &AppState, now: Timestamp, history: &[(u64, crate::store::Rol
         },
     ];
     Panels {
+        pools,
         enabled: settings.adaptive.enabled,
         depth: s.queue_len(),
         due_soon: s.due_within(now, crate::web::api::health::DUE_WINDOW),
