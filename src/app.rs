@@ -126,6 +126,24 @@ impl Application {
         for i in &config.instances {
             catalog.insert(i.clone(), true);
         }
+        // Budget pools changed from the UI or API override the file's.
+        let s = store.clone();
+        let saved_budgets = blocking(move || s.get_settings(web::ops::BUDGETS_KEY)).await??;
+        if let Some(Value::Object(saved)) = saved_budgets {
+            for (name, v) in saved {
+                let b = match serde_json::from_value::<crate::model::BudgetConfig>(v) {
+                    Ok(b) if b.name == name && b.validate("").is_ok() => b,
+                    _ => {
+                        tracing::warn!(pool = %name, "ignoring a saved budget pool that is no longer valid");
+                        continue;
+                    }
+                };
+                match catalog.budgets.iter_mut().find(|x| x.name == name) {
+                    Some(x) => *x = b,
+                    None => catalog.budgets.push(b),
+                }
+            }
+        }
         let s = store.clone();
         let stored = blocking(move || s.list_instances()).await??;
         for i in stored {

@@ -286,6 +286,46 @@ async fn adding_an_instance_that_would_overrun_a_pool_is_refused_with_409() {
         .await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"]["code"], "over_budget");
+
+    // Budget pools: listed, validated per field, gated, stored and applied.
+    let list = app.get_json("/api/budgets").await;
+    assert_eq!(list["budgets"][0]["name"], "small", "{list}");
+    assert_eq!(list["budgets"][0]["budget_rps"], 1.0);
+    let put = |body: Value| app.send(reqwest::Method::PUT, "/api/budgets/small", Some(body));
+    let (status, body) = put(json!({"requests_per_second": -1})).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["field"], "requests_per_second", "{body}");
+    let (status, body) = put(json!({"burst": "many"})).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["field"], "burst", "{body}");
+    let (status, body) = put(json!({"requests_per_second": 0.5})).await;
+    assert_eq!(status, 409, "a smaller budget no longer fits: {body}");
+    assert_eq!(body["error"]["code"], "over_budget");
+    let (status, body) = put(json!({"requests_per_second": 5.0, "shared_fraction": 0.5})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["budget_rps"], 2.5);
+    let plan = app.get_json("/status?format=json").await;
+    let pool = plan["pools"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "small"))
+        .cloned()
+        .expect("pool");
+    assert_eq!(pool["budget_rps"], 2.5, "{pool}");
+    assert_eq!(pool["effective_budget_rps"], 2.5, "{pool}");
+    // Now the second heavy instance fits.
+    let (status, body) = app
+        .send(
+            reqwest::Method::POST,
+            "/api/instances",
+            Some(json!({"name": "h3", "type": "heavy", "url": url, "budget": "small"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    // The change survives a restart.
+    let app = app.restart().await;
+    let list = app.get_json("/api/budgets").await;
+    assert_eq!(list["budgets"][0]["budget_rps"], 2.5, "{list}");
+    assert_eq!(list["budgets"][0]["instances"], 3, "{list}");
     app.stop().await;
 }
 

@@ -100,6 +100,8 @@ pub fn api_router(state: AppState) -> Router<AppState> {
             post(dead_letter::enable),
         )
         .route("/monitoring/scheduler/groups", get(groups::list))
+        .route("/budgets", get(budgets::list))
+        .route("/budgets/{name}", axum::routing::put(budgets::put))
         .route("/settings/monitoring", get(settings::get).put(settings::put))
         .route("/instances", get(instances::list).post(instances::create))
         .route(

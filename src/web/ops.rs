@@ -5,7 +5,7 @@
 use super::AppState;
 use super::error::ApiError;
 use crate::engine::settings::SettingsError;
-use crate::model::{ErrorCategory, ErrorKind, FieldError, InstanceConfig};
+use crate::model::{BudgetConfig, ErrorCategory, ErrorKind, FieldError, InstanceConfig};
 use serde::Serialize;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -235,4 +235,64 @@ pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Res
     app.shared.apply_settings(effective);
     tracing::info!(actor, change = %patch, "monitoring settings changed");
     Ok(())
+}
+
+/// Stored budget pools changed through the UI or API, by name.
+pub const BUDGETS_KEY: &str = "budgets";
+
+/// Change (or create) the budget pool `name` from a partial document
+/// (`requests_per_second`, `shared_fraction`, `burst`): validated, checked
+/// against the over-budget gate, stored, then applied at once (AIMD and the
+/// plan follow the new budget).
+pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) -> Result<BudgetConfig, ApiError> {
+    let Some(obj) = patch.as_object() else {
+        return Err(ApiError::invalid(FieldError::new("", &patch, "must be a JSON object")));
+    };
+    let _edit = app.shared.catalog_edit.lock().await;
+    let cat = app.shared.catalog();
+    let mut doc = match cat.budgets.iter().find(|b| b.name == name) {
+        Some(b) => serde_json::to_value(b).map_err(ApiError::internal)?,
+        None => serde_json::json!({ "name": name }),
+    };
+    for (k, v) in obj {
+        if k == "name" && v.as_str() != Some(name) {
+            return Err(ApiError::invalid(FieldError::new(
+                "name",
+                v,
+                "must equal the pool name in the path (pools cannot be renamed)",
+            )));
+        }
+        doc[k.as_str()] = v.clone();
+    }
+    let budget: BudgetConfig = super::error::parse_json(&serde_json::to_vec(&doc).unwrap_or_default())?;
+    budget.validate("").map_err(|mut e| {
+        e.field = e.field.trim_start_matches('.').to_string();
+        ApiError::invalid(e)
+    })?;
+    let mut next = (*cat).clone();
+    match next.budgets.iter_mut().find(|b| b.name == name) {
+        Some(b) => *b = budget.clone(),
+        None => next.budgets.push(budget.clone()),
+    }
+    drop(cat);
+    app.shared
+        .check_gate(&next, &app.shared.monitoring())
+        .map_err(over_budget)?;
+    let store = app.shared.store.clone();
+    let saved = budget.clone();
+    tokio::task::spawn_blocking(move || -> Result<(), crate::store::StoreError> {
+        let mut all = store
+            .get_settings(BUDGETS_KEY)?
+            .unwrap_or_else(|| serde_json::json!({}));
+        if !all.is_object() {
+            all = serde_json::json!({});
+        }
+        all[saved.name.as_str()] = serde_json::to_value(&saved).unwrap_or(Value::Null);
+        store.put_settings(BUDGETS_KEY, &all)
+    })
+    .await
+    .map_err(ApiError::internal)??;
+    app.shared.set_catalog(next);
+    tracing::info!(pool = %name, actor, budget_rps = budget.budget_rps(), burst = budget.burst, "budget pool changed");
+    Ok(budget)
 }

@@ -1,6 +1,7 @@
 //! JSON API handlers, grouped by resource.
 
 pub mod admin;
+pub mod budgets;
 pub mod dead_letter;
 pub mod groups;
 pub mod health;

@@ -62,6 +62,16 @@ pub fn document() -> Value {
             "/api/monitoring/scheduler/groups": {"get": {
                 "summary": "Planned interval of every endpoint group, by pool", "operationId": "listGroups",
                 "responses": {"200": ok("plan", r("Plan")), "401": unauthorized}}},
+            "/api/budgets": {"get": {
+                "summary": "Budget pools with their configured and effective budgets", "operationId": "listBudgets",
+                "responses": {"200": ok("pools", json!({"type": "object", "required": ["budgets"], "properties": {"budgets": {"type": "array", "items": r("Budget")}}})), "401": unauthorized}}},
+            "/api/budgets/{name}": {"put": {
+                "summary": "Change or create a budget pool (partial document; applies at once, survives restarts)", "operationId": "putBudget",
+                "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": r("BudgetPatch")}}},
+                "responses": {"200": ok("the pool in force", r("Budget")), "400": err("not JSON"), "401": unauthorized,
+                    "409": err("the change would push the pool over its target with no profile set (code over_budget)"),
+                    "422": err("invalid value, naming the field")}}},
             "/status": {"get": {
                 "summary": "The plan page; with format=json the same document as listGroups", "operationId": "status",
                 "parameters": [{"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["json"]}}],
@@ -217,6 +227,13 @@ fn schemas() -> Value {
             "paused_until": {"type": "string", "format": "date-time"},
             "groups": {"type": "array", "items": group_view}}});
     json!({
+        "Budget": {"type": "object", "required": ["name", "requests_per_second", "shared_fraction", "burst", "budget_rps", "effective_budget_rps"],
+            "properties": {"name": {"type": "string"}, "requests_per_second": num, "shared_fraction": num,
+                "burst": {"type": "integer"}, "budget_rps": num, "effective_budget_rps": num, "instances": {"type": "integer"}}},
+        "BudgetPatch": {"type": "object", "additionalProperties": false,
+            "properties": {"name": {"type": "string"}, "requests_per_second": {"type": "number", "exclusiveMinimum": 0},
+                "shared_fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                "burst": {"type": "integer", "minimum": 1, "maximum": 100}}},
         "Plan": {"type": "object", "required": ["updatedAt", "solved_at", "pools"], "properties": {
             "updatedAt": {"type": "string", "format": "date-time"},
             "solved_at": {"type": "string", "format": "date-time"},

@@ -73,6 +73,7 @@ page_routes! {
     get "/settings" => settings::index,
     get "/settings/system/monitoring" => settings::monitoring_page,
     post "/settings/system/monitoring" => settings::monitoring_save,
+    post "/settings/system/budgets/{name}" => settings::budget_save,
     get "/settings/security" => account::security_page,
     post "/settings/security/password" => account::change_password,
     post "/settings/security/tokens" => account::create_token,

@@ -234,6 +234,80 @@ pub struct MonitoringPage {
     pub layout: Layout,
     pub sections: Vec<SectionView>,
     pub errors: Vec<String>,
+    pub budgets: Vec<BudgetRow>,
+}
+
+/// One budget pool's editable fields.
+pub struct BudgetRow {
+    pub name: String,
+    pub requests_per_second: String,
+    pub shared_fraction: String,
+    pub burst: u32,
+    pub budget: String,
+    pub effective: String,
+}
+
+fn budget_rows(app: &AppState) -> Vec<BudgetRow> {
+    let cat = app.shared.catalog();
+    let b = crate::engine::lock(&app.shared.budgets);
+    cat.budgets
+        .iter()
+        .map(|p| BudgetRow {
+            name: p.name.clone(),
+            requests_per_second: p.requests_per_second.to_string(),
+            shared_fraction: p.shared_fraction.to_string(),
+            burst: p.burst,
+            budget: format!("{:.2}", p.budget_rps()),
+            effective: format!("{:.2}", b.effective_rps(&p.name)),
+        })
+        .collect()
+}
+
+/// Settings → System → Monitoring, budget pools: change one pool (the same
+/// path as `PUT /api/budgets/{name}`); the outcome is shown as a message.
+pub async fn budget_save(
+    State(app): State<AppState>,
+    Extension(who): Extension<Principal>,
+    session: Session,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    let mut patch = serde_json::Map::new();
+    let mut bad = Vec::new();
+    for key in ["requests_per_second", "shared_fraction", "burst"] {
+        let raw = form.get(key).map(|v| v.trim()).unwrap_or_default();
+        let parsed = if key == "burst" {
+            raw.parse::<u32>().ok().map(Value::from)
+        } else {
+            raw.parse::<f64>().ok().filter(|v| v.is_finite()).map(Value::from)
+        };
+        match parsed {
+            Some(v) => {
+                patch.insert(key.to_string(), v);
+            }
+            None => bad.push(format!("{key}: {raw:?} is not a number")),
+        }
+    }
+    let outcome = if bad.is_empty() {
+        ops::save_budget(&app, &name, Value::Object(patch), &who.actor())
+            .await
+            .map(|b| {
+                format!(
+                    "Budget pool {name} saved: {:.2} requests/s, burst {}. The plan follows now.",
+                    b.budget_rps(),
+                    b.burst
+                )
+            })
+            .map_err(|e| e.message)
+    } else {
+        Err(bad.join("; "))
+    };
+    let msg = match outcome {
+        Ok(m) => m,
+        Err(e) => format!("Budget pool {name} not saved: {e}"),
+    };
+    session::set_flash(&session, msg).await;
+    Redirect::to("/settings/system/monitoring#budgets").into_response()
 }
 
 fn lookup<'a>(doc: &'a Value, path: &str) -> &'a Value {
@@ -321,6 +395,7 @@ pub async fn monitoring_page(State(app): State<AppState>, session: Session) -> M
         layout: layout(&session, "Monitoring settings", "monitoring", crumbs()).await,
         sections: views(&doc, None, &locked, &HashMap::new()),
         errors: vec![],
+        budgets: budget_rows(&app),
     }
 }
 
@@ -424,6 +499,7 @@ pub async fn monitoring_save(
                 layout: layout(&session, "Monitoring settings", "monitoring", crumbs()).await,
                 sections: views(&doc, Some(&form), &locked, &errors),
                 errors: summary,
+                budgets: budget_rows(&app),
             };
             (StatusCode::UNPROCESSABLE_ENTITY, page).into_response()
         }
