@@ -281,7 +281,20 @@ async fn backup_is_a_consistent_openable_copy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_have_the_spec_names_and_pass_promtool() {
-    let app = TestApp::spawn(vec![("m-ok", Behaviour::Healthy), ("m-bad", Behaviour::Unauthorized)]).await;
+    let app = TestApp::spawn_with(
+        vec![("m-ok", Behaviour::Healthy), ("m-bad", Behaviour::Unauthorized)],
+        &std::collections::BTreeMap::new(),
+        |c| {
+            c.budgets.push(pollster::model::BudgetConfig {
+                name: "p".into(),
+                requests_per_second: 100.0,
+                shared_fraction: 1.0,
+                burst: 10,
+            });
+            c.instances[0].budget = Some("p".into());
+        },
+    )
+    .await;
     app.wait_health(WAIT, "a success and a dead-letter entry", |h| {
         h["deadLetter"]["count"] == 1 && staleness(h, "m-ok").is_some_and(|s| s["lastSuccess"].is_string())
     })
@@ -352,6 +365,25 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
             Some("1"),
         ),
         ("pollster_instance_cadence_seconds", &[("instance", "m-ok")], None),
+        (
+            "pollster_scheduler_interval_seconds",
+            &[("pool", "p"), ("group", "fast/probe")],
+            Some("0.1"),
+        ),
+        (
+            "pollster_scheduler_stretch_factor",
+            &[("pool", "p"), ("group", "fast/probe")],
+            Some("1"),
+        ),
+        ("pollster_scheduler_estimated_demand_rps", &[("pool", "p")], Some("10")),
+        ("pollster_scheduler_budget_rps", &[("pool", "p")], Some("100")),
+        ("pollster_scheduler_effective_budget_rps", &[("pool", "p")], Some("100")),
+        (
+            "pollster_scheduler_budget_utilization_ratio",
+            &[("pool", "p")],
+            Some("0.1"),
+        ),
+        ("pollster_scheduler_over_budget", &[("pool", "p")], Some("0")),
         ("process_resident_memory_bytes", &[], None),
     ];
     for (name, labels, value) in expect {

@@ -1,6 +1,7 @@
 //! The operator's path through the UI in a real browser (Debian's headless
 //! Chromium via chromedriver): first-run setup, logout and login, switching
-//! adaptive polling off, adding an instance, retrying a dead-letter entry.
+//! adaptive polling off, adding an instance, retrying a dead-letter entry,
+//! reading the plan of a budget pool and changing its budget.
 //! On failure, a screenshot of every page is saved under the target dir.
 
 mod common;
@@ -8,6 +9,7 @@ mod common;
 use common::webdriver::{self, Browser};
 use common::*;
 use pollster::fleet::Behaviour;
+use pollster::model::{BudgetConfig, GroupDef, TypeDef};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,6 +103,34 @@ async fn flow(b: &Browser, app: &TestApp) {
     app.wait_health(WAIT, "the entry to leave the queue", |h| h["deadLetter"]["count"] == 0)
         .await;
 
+    // The plan: the budget pool's card, the stretched group highlighted.
+    b.goto(&format!("{base}/status")).await;
+    let src = b.wait_source("Pool org").await;
+    assert!(src.contains("data-group=\"org/inventory\""), "the group is listed");
+    assert!(
+        src.contains("class=\"stretched\" data-group=\"org/inventory\""),
+        "the stretched group is highlighted"
+    );
+    let shot = b.screenshot("status").await;
+    if let Ok(dir) = std::env::var("POLLSTER_SCREENSHOT_DIR") {
+        let _ = std::fs::copy(&shot, std::path::Path::new(&dir).join("status.png"));
+    }
+    // Budget pools are edited on the monitoring page; the plan follows.
+    b.goto(&format!("{base}/settings/system/monitoring#budgets")).await;
+    b.fill(
+        "form[action='/settings/system/budgets/org'] input[name=requests_per_second]",
+        "10",
+    )
+    .await;
+    b.click("form[action='/settings/system/budgets/org'] button").await;
+    b.wait_source("Budget pool org saved").await;
+    b.goto(&format!("{base}/status")).await;
+    let src = b.wait_source("Pool org").await;
+    assert!(
+        !src.contains("class=\"stretched\""),
+        "with 10 requests/s nothing needs stretching"
+    );
+
     // Security page: create a token, shown once.
     b.goto(&format!("{base}/settings/security")).await;
     b.fill("#token-name", "from-browser").await;
@@ -135,6 +165,23 @@ async fn an_operator_manages_pollster_in_the_browser() {
             &Default::default(),
             |c| {
                 c.instances.retain(|i| i.name != "spare");
+                // A budget pool whose plan stretches its priority-4 group:
+                // 1 + 4/2 = 3 rps at the floors, above 3 × 0.7.
+                let mut inventory = GroupDef::new("inventory", "/inventory", 4, Duration::from_secs(2));
+                inventory.cost = 4.0;
+                c.types.push(TypeDef {
+                    name: "org".into(),
+                    groups: vec![GroupDef::new("status", "/status", 1, Duration::from_secs(1)), inventory],
+                });
+                c.budgets.push(BudgetConfig {
+                    name: "org".into(),
+                    requests_per_second: 3.0,
+                    shared_fraction: 1.0,
+                    burst: 3,
+                });
+                let mut org = common::instance("org-1", "org", c.instances[0].url.clone());
+                org.budget = Some("org".into());
+                c.instances.push(org);
                 c.monitoring_file.failure.dead_letter_recheck = Duration::from_secs(3600);
             },
         )

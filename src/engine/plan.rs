@@ -564,11 +564,164 @@ pub fn table(pools: &BTreeMap<String, PoolStatus>) -> String {
     out
 }
 
-/// Seconds for people: `45s`, `7m30s`, `1h`, `1012.5s` → `16m52.5s`.
+/// Seconds for people: `45s`, `4.5s`, `7m30s`, `16m52.5s`, `1h`, `2h30m`.
 pub fn human_secs(s: f64) -> String {
     if !s.is_finite() || s <= 0.0 {
         return "0s".into();
     }
+    // Whole milliseconds, then drop what is zero.
     let ms = (s * 1000.0).round() as u64;
-    crate::model::duration_str::format(Duration::from_millis(ms))
+    let (h, rest) = (ms / 3_600_000, ms % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let secs = rest as f64 / 1000.0;
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if rest > 0 || out.is_empty() {
+        let t = format!("{secs:.3}");
+        let t = t.trim_end_matches('0').trim_end_matches('.');
+        out.push_str(&format!("{t}s"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::model::{BudgetConfig, TypeDef};
+
+    fn cluster() -> TypeDef {
+        let mut nodes = GroupDef::new("nodes", "/nodes", 1, Duration::from_secs(30));
+        nodes.shape_from = Some("/data".into());
+        nodes.item_field = Some("node".into());
+        let mut per_node = GroupDef::new("node_status", "/nodes/{item}/status", 2, Duration::from_secs(60));
+        per_node.fan_out = Some("nodes".into());
+        per_node.cost = 2.0;
+        let mut ha = GroupDef::new("ha", "/ha", 3, Duration::from_secs(60));
+        ha.enabled_when = Some("nodes".into());
+        TypeDef {
+            name: "cluster".into(),
+            groups: vec![nodes, per_node, ha],
+        }
+    }
+
+    fn catalog(instances: &[(&str, Option<u64>, bool)]) -> Catalog {
+        let mut cat = Catalog::new(
+            vec![cluster()],
+            vec![BudgetConfig {
+                name: "p".into(),
+                requests_per_second: 10.0,
+                shared_fraction: 1.0,
+                burst: 10,
+            }],
+        );
+        for (name, nodes, enabled) in instances {
+            let mut i = InstanceConfig::new(name, "cluster", "http://127.0.0.1:1/");
+            i.budget = Some("p".into());
+            i.enabled = *enabled;
+            if let Some(n) = nodes {
+                i.shape.insert("nodes".into(), *n);
+            }
+            cat.insert(i, true);
+        }
+        cat
+    }
+
+    #[test]
+    fn a_fan_out_costs_one_request_per_item_summed_over_the_pool() {
+        let cat = catalog(&[("a", Some(3), true), ("b", Some(5), true), ("off", Some(100), false)]);
+        let (inputs, shape) = pool_inputs(&cat, "p", &Shapes::new(), &SchedulerSettings::default(), None);
+        let per_node = inputs.iter().find(|g| g.name == "node_status").expect("group");
+        assert_eq!(
+            per_node.cost_per_cycle,
+            2.0 * (3.0 + 5.0),
+            "disabled instances do not count"
+        );
+        assert!(per_node.enabled);
+        assert_eq!(shape.get("nodes"), Some(&8));
+        // Learned items replace the configured count.
+        let mut shapes = Shapes::new();
+        shapes.entry("a".into()).or_default().insert(
+            "nodes".into(),
+            ShapeUpdate {
+                count: 2,
+                items: vec!["n1".into(), "n2".into()],
+            },
+        );
+        let (inputs, _) = pool_inputs(&cat, "p", &shapes, &SchedulerSettings::default(), None);
+        let per_node = inputs.iter().find(|g| g.name == "node_status").expect("group");
+        assert_eq!(per_node.cost_per_cycle, 2.0 * (2.0 + 5.0));
+    }
+
+    #[test]
+    fn holds_follow_the_profile_and_the_shape() {
+        let cat = catalog(&[("a", None, true)]);
+        let inst = &cat.instances["a"].config;
+        let ty = cluster();
+        let none = Shapes::new();
+        let [nodes, per_node, ha] = [&ty.groups[0], &ty.groups[1], &ty.groups[2]];
+        assert_eq!(hold_of(inst, &none, nodes, None), None);
+        assert_eq!(hold_of(inst, &none, per_node, None), Some(Hold::Shape), "no items yet");
+        assert_eq!(
+            hold_of(inst, &none, ha, None),
+            Some(Hold::Shape),
+            "enabled_when unknown"
+        );
+        assert_eq!(
+            hold_of(inst, &none, ha, Some(Profile::Availability)),
+            Some(Hold::Profile)
+        );
+        let mut shapes = Shapes::new();
+        shapes.entry("a".into()).or_default().insert(
+            "nodes".into(),
+            ShapeUpdate {
+                count: 1,
+                items: vec!["n1".into()],
+            },
+        );
+        assert_eq!(hold_of(inst, &shapes, per_node, None), None);
+        assert_eq!(hold_of(inst, &shapes, ha, None), None);
+        assert_eq!(
+            hold_of(inst, &shapes, per_node, Some(Profile::Availability)),
+            Some(Hold::Profile)
+        );
+    }
+
+    #[test]
+    fn the_gate_applies_only_with_no_profile_in_adaptive_mode() {
+        // 300 nodes × 2 requests a minute is 10 rps, above 10 × 0.7, and
+        // the per-node group is priority 2: it never stretches.
+        let cat = catalog(&[("a", Some(300), true)]);
+        let mut s = SchedulerSettings::default();
+        let msg = gate(&cat, &Shapes::new(), &s).expect_err("over budget");
+        assert!(msg.contains("budget pool \"p\""), "{msg}");
+        s.profile = Some(Profile::Availability);
+        assert_eq!(gate(&cat, &Shapes::new(), &s), Ok(()));
+        s.profile = None;
+        s.mode = SchedulerMode::Fixed;
+        assert_eq!(gate(&cat, &Shapes::new(), &s), Ok(()));
+    }
+
+    #[test]
+    fn seconds_read_like_durations() {
+        for (s, want) in [
+            (45.0, "45s"),
+            (4.5, "4.5s"),
+            (0.1, "0.1s"),
+            (450.0, "7m30s"),
+            (1012.5, "16m52.5s"),
+            (1200.0, "20m"),
+            (3600.0, "1h"),
+            (9000.0, "2h30m"),
+            (0.0, "0s"),
+            (f64::NAN, "0s"),
+        ] {
+            assert_eq!(human_secs(s), want, "{s}");
+        }
+    }
 }
