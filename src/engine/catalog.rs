@@ -77,7 +77,7 @@ impl Catalog {
                 .filter(|p| plans.contains_key(*p))
                 .map(Arc::from);
             for g in &ty.groups {
-                let (planned, hold) = plan::task_plan(plans, &e.config, &ty.name, g, shapes, s);
+                let (planned, hold) = plan::task_plan(plans, &e.config, ty, g, shapes, s);
                 out.push((
                     TaskKey {
                         instance: instance.clone(),

@@ -14,7 +14,7 @@
 use super::catalog::Catalog;
 use crate::core::solver::{self, GroupInput, Mode, PoolPlan, SolveSettings};
 use crate::core::task::Hold;
-use crate::model::{GroupDef, InstanceConfig, Profile, SchedulerMode, SchedulerSettings, ShapeUpdate};
+use crate::model::{GroupDef, InstanceConfig, Profile, SchedulerMode, SchedulerSettings, ShapeUpdate, TypeDef};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -65,11 +65,28 @@ pub fn execution_cost(inst: &InstanceConfig, shapes: &Shapes, g: &GroupDef) -> f
     }
 }
 
+/// A `shape_from` group another group of its type depends on (through
+/// `enabled_when` or `fan_out`): it learns the shape, so it runs whatever
+/// the profile.
+pub fn learns_for_others(ty: &TypeDef, g: &GroupDef) -> bool {
+    g.shape_from.is_some()
+        && ty.groups.iter().any(|o| {
+            o.name != g.name && (o.enabled_when.as_deref() == Some(&g.name) || o.fan_out.as_deref() == Some(&g.name))
+        })
+}
+
 /// Does the plan count this group of this instance (its demand), and may it
 /// run now? `None` = it runs; `Some(hold)` = it is held.
-pub fn hold_of(inst: &InstanceConfig, shapes: &Shapes, g: &GroupDef, profile: Option<Profile>) -> Option<Hold> {
+pub fn hold_of(
+    ty: &TypeDef,
+    inst: &InstanceConfig,
+    shapes: &Shapes,
+    g: &GroupDef,
+    profile: Option<Profile>,
+) -> Option<Hold> {
     if let Some(p) = profile
         && g.priority > p.max_priority()
+        && !learns_for_others(ty, g)
     {
         return Some(Hold::Profile);
     }
@@ -86,8 +103,8 @@ pub fn hold_of(inst: &InstanceConfig, shapes: &Shapes, g: &GroupDef, profile: Op
 
 /// Counted in the plan's demand: in the profile, `enabled_when` satisfied,
 /// and for a fan-out, a known (learned or configured) item count.
-fn counted(inst: &InstanceConfig, shapes: &Shapes, g: &GroupDef, profile: Option<Profile>) -> bool {
-    match hold_of(inst, shapes, g, profile) {
+fn counted(ty: &TypeDef, inst: &InstanceConfig, shapes: &Shapes, g: &GroupDef, profile: Option<Profile>) -> bool {
+    match hold_of(ty, inst, shapes, g, profile) {
         None => true,
         Some(Hold::Shape) => {
             let when_ok = g
@@ -137,13 +154,15 @@ pub fn pool_inputs(
                     enabled: false,
                     pin_s: pin_of(s, &ty.name, &g.name).map(|d| d.as_secs_f64()),
                 });
-            if counted(inst, shapes, g, profile) {
+            if counted(ty, inst, shapes, g, profile) {
                 input.enabled = true;
                 input.cost_per_cycle += execution_cost(inst, shapes, g);
             }
         }
     }
-    (groups.into_values().collect(), shape_totals)
+    let mut inputs: Vec<GroupInput> = groups.into_values().collect();
+    inputs.sort_by(|a, b| (a.priority, &a.type_name, &a.name).cmp(&(b.priority, &b.type_name, &b.name)));
+    (inputs, shape_totals)
 }
 
 pub fn solve_settings(s: &SchedulerSettings, shed: bool) -> SolveSettings {
@@ -273,12 +292,13 @@ pub fn profile_name(p: Profile) -> &'static str {
 pub fn task_plan(
     plans: &BTreeMap<String, PoolStatus>,
     inst: &InstanceConfig,
-    type_name: &str,
+    ty: &TypeDef,
     g: &GroupDef,
     shapes: &Shapes,
     s: &SchedulerSettings,
 ) -> (Duration, Option<Hold>) {
-    let mut hold = hold_of(inst, shapes, g, s.profile);
+    let type_name = ty.name.as_str();
+    let mut hold = hold_of(ty, inst, shapes, g, s.profile);
     let fixed = pin_of(s, type_name, &g.name).unwrap_or(g.floor);
     let planned = match inst.budget.as_deref().and_then(|p| plans.get(p)) {
         None => fixed,
@@ -444,7 +464,7 @@ impl PoolView {
                         gated: g.gated,
                         last_ran: None,
                     });
-                if counted(inst, shapes, g, s.profile) {
+                if counted(ty, inst, shapes, g, s.profile) {
                     v.enabled = true;
                     v.cost_per_cycle += execution_cost(inst, shapes, g);
                     v.demand_rps = v.cost_per_cycle / v.interval_seconds;
@@ -454,7 +474,8 @@ impl PoolView {
         if instances == 0 {
             return None;
         }
-        let groups: Vec<GroupView> = groups.into_values().collect();
+        let mut groups: Vec<GroupView> = groups.into_values().collect();
+        groups.sort_by(|a, b| (a.priority, &a.type_name, &a.name).cmp(&(b.priority, &b.type_name, &b.name)));
         Some(PoolView {
             name: UNBUDGETED.into(),
             mode: s.mode,
@@ -593,7 +614,7 @@ pub fn human_secs(s: f64) -> String {
 mod tests {
     use super::*;
 
-    use crate::model::{BudgetConfig, TypeDef};
+    use crate::model::BudgetConfig;
 
     fn cluster() -> TypeDef {
         let mut nodes = GroupDef::new("nodes", "/nodes", 1, Duration::from_secs(30));
@@ -665,15 +686,19 @@ mod tests {
         let ty = cluster();
         let none = Shapes::new();
         let [nodes, per_node, ha] = [&ty.groups[0], &ty.groups[1], &ty.groups[2]];
-        assert_eq!(hold_of(inst, &none, nodes, None), None);
-        assert_eq!(hold_of(inst, &none, per_node, None), Some(Hold::Shape), "no items yet");
+        assert_eq!(hold_of(&ty, inst, &none, nodes, None), None);
         assert_eq!(
-            hold_of(inst, &none, ha, None),
+            hold_of(&ty, inst, &none, per_node, None),
+            Some(Hold::Shape),
+            "no items yet"
+        );
+        assert_eq!(
+            hold_of(&ty, inst, &none, ha, None),
             Some(Hold::Shape),
             "enabled_when unknown"
         );
         assert_eq!(
-            hold_of(inst, &none, ha, Some(Profile::Availability)),
+            hold_of(&ty, inst, &none, ha, Some(Profile::Availability)),
             Some(Hold::Profile)
         );
         let mut shapes = Shapes::new();
@@ -684,10 +709,28 @@ mod tests {
                 items: vec!["n1".into()],
             },
         );
-        assert_eq!(hold_of(inst, &shapes, per_node, None), None);
-        assert_eq!(hold_of(inst, &shapes, ha, None), None);
+        assert_eq!(hold_of(&ty, inst, &shapes, per_node, None), None);
+        assert_eq!(hold_of(&ty, inst, &shapes, ha, None), None);
         assert_eq!(
-            hold_of(inst, &shapes, per_node, Some(Profile::Availability)),
+            hold_of(&ty, inst, &shapes, per_node, Some(Profile::Availability)),
+            Some(Hold::Profile)
+        );
+    }
+
+    #[test]
+    fn a_profile_keeps_the_groups_that_learn_shapes_for_others() {
+        let meraki = crate::presets::all()
+            .into_iter()
+            .find(|t| t.name == "meraki")
+            .expect("meraki preset");
+        let inst = InstanceConfig::new("org", "meraki", "https://api.example/org/1");
+        let g = |name: &str| meraki.groups.iter().find(|g| g.name == name).expect(name).clone();
+        let standard = Some(Profile::Standard);
+        let none = Shapes::new();
+        // Priority 4, but channel_utilization is enabled by its count.
+        assert_eq!(hold_of(&meraki, &inst, &none, &g("wireless_devices"), standard), None);
+        assert_eq!(
+            hold_of(&meraki, &inst, &none, &g("licenses"), standard),
             Some(Hold::Profile)
         );
     }
