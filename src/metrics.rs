@@ -34,6 +34,8 @@ pub struct Metrics {
     pub dispatch_lateness: prometheus::Histogram,
     /// HTTP 429 answers by pool.
     pub rate_limited: IntCounterVec,
+    /// How long due tasks of a pool waited for its token bucket.
+    pub budget_wait: HistogramVec,
 }
 
 impl Metrics {
@@ -50,6 +52,15 @@ impl Metrics {
             &["pool"],
         )?;
         registry.register(Box::new(rate_limited.clone()))?;
+        let budget_wait = HistogramVec::new(
+            HistogramOpts::new(
+                "pollster_scheduler_budget_wait_seconds",
+                "Time a due task of a budget pool waited for the pool's token bucket (0 when it had capacity).",
+            )
+            .buckets(LATENESS_BUCKETS.to_vec()),
+            &["pool"],
+        )?;
+        registry.register(Box::new(budget_wait.clone()))?;
         registry.register(Box::new(PlanCollector::new(budgets)?))?;
         let poll_total = IntCounterVec::new(
             Opts::new(
@@ -94,6 +105,7 @@ impl Metrics {
             poll_errors,
             dispatch_lateness,
             rate_limited,
+            budget_wait,
         })
     }
 

@@ -384,6 +384,7 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
             Some("0.1"),
         ),
         ("pollster_scheduler_over_budget", &[("pool", "p")], Some("0")),
+        ("pollster_scheduler_budget_wait_seconds_count", &[("pool", "p")], None),
         ("process_resident_memory_bytes", &[], None),
     ];
     for (name, labels, value) in expect {

@@ -38,9 +38,11 @@ pub struct Task {
     /// Its `next_run` is a slot its pool's token bucket reserved: dispatch
     /// it then without charging the bucket again.
     pub reserved: bool,
-    /// The time it was due before its pool's bucket deferred it: the
-    /// cadence continues from here, not from the deferred slot.
-    pub anchor: Option<Timestamp>,
+    /// The time it was due before its pool's bucket deferred it (for the
+    /// budget-wait figure). The cadence continues from the slot it got, so
+    /// tasks that fell due together spread out over the pool's rate
+    /// instead of meeting the bucket in lockstep every cycle.
+    pub deferred_from: Option<Timestamp>,
 }
 
 impl Task {
@@ -54,7 +56,11 @@ impl Task {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dispatch {
     pub key: TaskKey,
+    /// The time it was due: its cadence continues from here.
     pub due: Timestamp,
+    /// When it first fell due, before any wait for its pool's token bucket
+    /// (equal to `due` when it did not wait).
+    pub first_due: Timestamp,
     pub meta: TaskMeta,
     pub breaker: Option<(BreakerState, BreakerState)>,
 }
@@ -199,7 +205,7 @@ impl Scheduler {
                 placed_at: now,
                 removed: false,
                 reserved: false,
-                anchor: None,
+                deferred_from: None,
             },
         );
         self.enqueue(&key, now);
@@ -307,7 +313,7 @@ impl Scheduler {
             {
                 let slot = bucket.reserve(now, t.meta.cost);
                 if slot > now {
-                    t.anchor.get_or_insert(t.rec.next_run);
+                    t.deferred_from.get_or_insert(t.rec.next_run);
                     t.rec.next_run = slot;
                     t.reserved = true;
                     let score = staleness::score(t.rec.last_success, now, max_interval);
@@ -322,7 +328,8 @@ impl Scheduler {
             break (e, t);
         };
         t.reserved = false;
-        let due = t.anchor.take().unwrap_or(t.rec.next_run);
+        let due = t.rec.next_run;
+        let first_due = t.deferred_from.take().unwrap_or(due);
         let breaker = task::on_dispatch(&mut t.rec, now);
         t.in_flight = Some(due);
         self.in_flight += 1;
@@ -330,6 +337,7 @@ impl Scheduler {
         Some(Dispatch {
             key: e.key,
             due,
+            first_due,
             meta: t.meta.clone(),
             breaker,
         })
@@ -442,7 +450,7 @@ impl Scheduler {
             return;
         }
         t.reserved = false;
-        t.anchor = None;
+        t.deferred_from = None;
         self.dirty.insert(key.clone());
         self.enqueue(key, now);
     }
@@ -656,18 +664,16 @@ mod tests {
             sorted,
             [t0.plus(Duration::from_secs(1)), t0.plus(Duration::from_secs(2))]
         );
-        // A reserved slot dispatches without charging the bucket again, and
-        // the task keeps the time it was due for its cadence.
-        let second = s.pop_due(t0.plus(Duration::from_secs(1))).expect("second slot");
-        assert_eq!(second.due, t0, "due time is the original, not the deferred slot");
-        s.complete(
-            &second.key,
-            &ok(1),
-            t0.plus(Duration::from_secs(1)),
-            &mut SmallRng::seed_from_u64(1),
-        );
+        // A reserved slot dispatches without charging the bucket again; its
+        // cadence continues from the slot (so tasks that fell due together
+        // stay spread); the wait counts from when it first fell due.
+        let slot = t0.plus(Duration::from_secs(1));
+        let second = s.pop_due(slot).expect("second slot");
+        assert_eq!(second.due, slot);
+        assert_eq!(second.first_due, t0);
+        s.complete(&second.key, &ok(1), slot, &mut SmallRng::seed_from_u64(1));
         let next = s.get(&second.key).map(|t| t.rec.next_run);
-        assert_eq!(next, Some(t0.plus(Duration::from_secs(60))), "due + interval");
+        assert_eq!(next, Some(slot.plus(Duration::from_secs(60))), "slot + interval");
         // An unbudgeted task is never held up by the pool.
         s.place(k("free"), meta(60), None, t0, true);
         let d = s.pop_due(t0.plus(Duration::from_secs(1))).expect("unbudgeted dispatch");

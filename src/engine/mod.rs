@@ -423,6 +423,14 @@ async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 let Some(d) = s.pop_due(now) else { break };
                 dispatched = true;
                 shared.metrics.dispatch_lateness.observe(now.since(d.due).as_secs_f64());
+                if let Some(pool) = d.meta.pool.as_deref() {
+                    let waited = d.due.since(d.first_due);
+                    shared
+                        .metrics
+                        .budget_wait
+                        .with_label_values(&[pool])
+                        .observe(waited.as_secs_f64());
+                }
                 shared.running.fetch_add(1, Ordering::AcqRel);
                 let running = shared.running.clone();
                 let task = shared.clone();
