@@ -536,3 +536,63 @@ async fn fan_out_polls_every_item_and_a_partial_success_counts_as_success() {
     assert_eq!(fan["cost_per_cycle"], 3.0, "one request per node: {fan}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_429_on_the_live_appliance_lowers_the_pool_budget_and_pauses_it_without_a_breaker() {
+    let app = TestApp::spawn_with(
+        vec![(
+            "limited",
+            pollster::fleet::Behaviour::RateLimited {
+                per_second: 0,
+                retry_after_secs: 5,
+            },
+        )],
+        &BTreeMap::new(),
+        |c| {
+            c.budgets.push(BudgetConfig {
+                name: "api".into(),
+                requests_per_second: 100.0,
+                shared_fraction: 1.0,
+                burst: 10,
+            });
+            c.instances[0].budget = Some("api".into());
+        },
+    )
+    .await;
+    let start = std::time::Instant::now();
+    let pool = loop {
+        let plan = app.get_json("/api/monitoring/scheduler/groups").await;
+        let pool = plan["pools"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["name"] == "api"))
+            .cloned()
+            .expect("pool api");
+        if pool["effective_budget_rps"].as_f64().is_some_and(|e| e < 100.0) {
+            break pool;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no AIMD move: {pool:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Halved once (the cooldown holds further 429s), and paused by Retry-After.
+    assert_eq!(pool["effective_budget_rps"], 50.0, "{pool:#}");
+    assert!(pool["paused_until"].is_string(), "{pool:#}");
+    // Only one request went out: the pool is paused for 5 s.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(app.fleet.hits("limited"), 1, "nothing is sent while the pool is paused");
+    // A 429 is not the instance's fault: no breaker, no dead letter.
+    let h = app.health().await;
+    assert!(h["breakers"].as_array().is_some_and(|b| b.is_empty()), "{h:#}");
+    assert_eq!(h["deadLetter"]["count"], 0);
+    let metrics = reqwest::get(format!("http://{}/metrics", app.metrics_addr))
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("pollster_scheduler_rate_limited_total{pool=\"api\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("pollster_scheduler_effective_budget_rps{pool=\"api\"} 50"));
+    app.stop().await;
+}
