@@ -984,6 +984,9 @@ pub struct PollSuccess {
     /// Fan-out items that failed in a run that still succeeded (at least one
     /// item did).
     pub failed_items: Vec<FailedItem>,
+    /// The body, for a group with `forward = true` (to ship to the event
+    /// sink); for a fan-out, a JSON object of the items' bodies by item.
+    pub body: Option<Vec<u8>>,
 }
 
 /// A shape count learned from a response.

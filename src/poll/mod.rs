@@ -117,7 +117,8 @@ impl Poller {
             pointer,
             item_field: group.item_field.as_deref(),
         });
-        self.fetch_timed(instance, &group.path, shape, instance.timeout).await
+        self.fetch_timed(instance, &group.path, shape, group.forward, instance.timeout)
+            .await
     }
 
     /// One request under a timeout of `timeout` (connect, TLS, headers,
@@ -127,17 +128,25 @@ impl Poller {
         instance: &InstanceConfig,
         path: &str,
         shape: Option<ShapeSpec<'_>>,
+        forward: bool,
         timeout: Duration,
     ) -> PollResult {
-        match tokio::time::timeout(timeout, self.fetch(instance, path, shape)).await {
+        match tokio::time::timeout(timeout, self.fetch(instance, path, shape, forward)).await {
             Ok(result) => result,
             Err(_) => Err(timeout_error(instance.timeout)),
         }
     }
 
     /// `GET <instance url>/<path>`: status classification, the size limit
-    /// and the digest; with `shape`, the body is also kept and parsed.
-    async fn fetch(&self, instance: &InstanceConfig, path: &str, shape: Option<ShapeSpec<'_>>) -> PollResult {
+    /// and the digest; with `shape`, the body is also kept and parsed; with
+    /// `forward`, it is kept and returned.
+    async fn fetch(
+        &self,
+        instance: &InstanceConfig,
+        path: &str,
+        shape: Option<ShapeSpec<'_>>,
+        forward: bool,
+    ) -> PollResult {
         let url = join_url(&instance.url, path)?;
         let headers = request_headers(&instance.auth)?;
         let client = self.client_for(instance)?;
@@ -159,9 +168,9 @@ impl Poller {
         {
             return Err(too_large(limit));
         }
-        // Only a shape_from group keeps its body; every other group hashes
-        // the chunks as they arrive and drops them.
-        let mut kept: Option<Vec<u8>> = shape.map(|_| {
+        // Only a shape_from or forward group keeps its body; every other
+        // group hashes the chunks as they arrive and drops them.
+        let mut kept: Option<Vec<u8>> = (shape.is_some() || forward).then(|| {
             let hint = response.content_length().unwrap_or(0).min(MAX_BODY_PREALLOC);
             Vec::with_capacity(usize::try_from(hint).unwrap_or(0))
         });
@@ -177,8 +186,8 @@ impl Poller {
                 body.extend_from_slice(&chunk);
             }
         }
-        let shape = match (shape, kept) {
-            (Some(spec), Some(body)) => Some(shape::shape_of(&body, spec.pointer, spec.item_field)?),
+        let shape = match (shape, &kept) {
+            (Some(spec), Some(body)) => Some(shape::shape_of(body, spec.pointer, spec.item_field)?),
             _ => None,
         };
         Ok(PollSuccess {
@@ -187,6 +196,7 @@ impl Poller {
             body_bytes: size,
             shape,
             failed_items: Vec::new(),
+            body: if forward { kept } else { None },
         })
     }
 
@@ -234,7 +244,7 @@ impl Poller {
                 .min(end.saturating_duration_since(tokio::time::Instant::now())),
             None => instance.timeout,
         };
-        self.fetch_timed(instance, &path, None, timeout).await
+        self.fetch_timed(instance, &path, None, group.forward, timeout).await
     }
 
     /// The client for an instance's TLS settings.
@@ -461,10 +471,16 @@ fn combine_fan_out(items: &[String], results: Vec<PollResult>) -> PollResult {
     let mut hasher = Sha256::new();
     let mut body_bytes: u64 = 0;
     let mut failed = Vec::new();
+    let mut bodies: Option<serde_json::Map<String, serde_json::Value>> = None;
     for (item, result) in items.iter().zip(results) {
         match result {
             Ok(ok) => {
                 status.get_or_insert(ok.status);
+                if let Some(body) = &ok.body {
+                    let value = serde_json::from_slice(body)
+                        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(body).into_owned()));
+                    bodies.get_or_insert_with(Default::default).insert(item.clone(), value);
+                }
                 // Length-prefixed, so the byte stream is unambiguous.
                 hasher.update((item.len() as u64).to_be_bytes());
                 hasher.update(item.as_bytes());
@@ -484,6 +500,7 @@ fn combine_fan_out(items: &[String], results: Vec<PollResult>) -> PollResult {
             body_bytes,
             shape: None,
             failed_items: failed,
+            body: bodies.map(|b| serde_json::Value::Object(b).to_string().into_bytes()),
         });
     }
     let n = failed.len();

@@ -1203,3 +1203,27 @@ async fn fan_out_item_timeouts_stay_within_deadline() {
     assert!(elapsed < bound + Duration::from_millis(800), "{elapsed:?}");
     assert_eq!(s.requests().len(), 9);
 }
+
+#[tokio::test]
+async fn forward_groups_return_their_body_and_others_do_not() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/status", "200 OK", b"{\"up\":true}");
+    routes.set("/nodes/a/status", "200 OK", b"{\"a\":1}");
+    routes.set("/nodes/b/status", "200 OK", b"plain text");
+    routes.set("/nodes/c/status", "500 Internal Server Error", b"boom");
+    let s = serve(Behaviour::Routes(routes)).await;
+    let inst = instance(s.url("http"));
+    let poller = Poller::new().unwrap();
+    let mut g = GroupDef::new("status", "/status", 1, Duration::from_secs(60));
+    let plain = poller.poll(&inst, &g, &[]).await.unwrap();
+    assert_eq!(plain.body, None, "bodies are only kept for forward groups");
+    g.forward = true;
+    let fwd = poller.poll(&inst, &g, &[]).await.unwrap();
+    assert_eq!(fwd.body.as_deref(), Some(&b"{\"up\":true}"[..]));
+    // A fan-out forwards a JSON object of its successful items' bodies.
+    let mut fan = fan_out_group("/nodes/{item}/status");
+    fan.forward = true;
+    let ok = poller.poll(&inst, &fan, &items(&["a", "b", "c"])).await.unwrap();
+    let body: serde_json::Value = serde_json::from_slice(ok.body.as_deref().unwrap_or_default()).unwrap();
+    assert_eq!(body, serde_json::json!({"a": {"a": 1}, "b": "plain text"}));
+}
