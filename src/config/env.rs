@@ -256,6 +256,30 @@ impl EnvOverrides {
         }
     }
 
+    /// Apply the env values onto a sink (after a sink saved from the UI was
+    /// put in place of the file's). `POLLSTER_SINK_URL` alone makes one.
+    pub fn apply_sink(&self, sink: Option<SinkConfig>) -> Option<SinkConfig> {
+        let url = self
+            .sink
+            .iter()
+            .find(|a| a.var == SINK_URL)
+            .map(|a| a.raw.trim().to_string());
+        let mut sink = match (sink, url) {
+            (Some(s), _) => s,
+            (None, Some(url)) => SinkConfig::new(url),
+            (None, None) => return None,
+        };
+        for a in &self.sink {
+            let Some(row) = SINK_VARS.iter().find(|r| r.var == a.var) else {
+                continue;
+            };
+            if let Err(e) = (row.set)(&mut sink, &a.raw) {
+                tracing::warn!(variable = a.var, error = %e, "environment override not applied");
+            }
+        }
+        Some(sink)
+    }
+
     /// `"adaptive.enabled" -> "ADAPTIVE_POLLING_ENABLED"`, etc., for every
     /// monitoring field an environment variable sets (the `locked` map of
     /// `/api/settings/monitoring`).

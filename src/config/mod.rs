@@ -190,6 +190,9 @@ pub struct Config {
     pub env: EnvOverrides,
     /// `[sink]`, environment applied; `POLLSTER_SINK_URL` alone enables it.
     pub sink: Option<SinkConfig>,
+    /// `[sink]` as the file has it, before the environment (a sink saved
+    /// from the UI replaces this, then the environment applies).
+    pub sink_file: Option<SinkConfig>,
     pub budgets: Vec<BudgetConfig>,
     /// Operator types from the file; the built-in `http` type
     /// ([`TypeDef::builtin_http`]) is not in this list.
@@ -357,6 +360,7 @@ pub fn load_with_presets(
             }
         })?;
     }
+    let sink_file = sink.clone();
     sink = from_env.sink;
 
     Ok(Config {
@@ -365,6 +369,7 @@ pub fn load_with_presets(
         monitoring_file,
         env: from_env.overrides,
         sink,
+        sink_file,
         budgets,
         types,
         instances,

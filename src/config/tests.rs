@@ -897,3 +897,24 @@ fn validate_pins_checks_type_and_group() {
     assert!(validate_pins(&pins("x/probe"), &types).is_err());
     assert!(validate_pins(&pins("noslash"), &types).is_err());
 }
+
+#[test]
+fn the_environment_applies_over_a_sink_saved_from_the_ui() {
+    let tc = TempConfig::new("[sink]\nurl = \"http://file:1/\"\nbatch_size = 10\n");
+    let env = env_of(&[("POLLSTER_SINK_BATCH_SIZE", "5")]);
+    let c = load(Some(&tc.path), &env).expect("loads");
+    assert_eq!(c.sink_file.as_ref().map(|s| s.batch_size), Some(10), "file as written");
+    assert_eq!(c.sink.as_ref().map(|s| s.batch_size), Some(5), "environment applied");
+    let mut saved = SinkConfig::new("http://saved:2/");
+    saved.batch_size = 50;
+    saved.queue_limit = 7;
+    let layered = c.env.apply_sink(Some(saved)).expect("a sink");
+    assert_eq!(
+        (layered.url.as_str(), layered.batch_size, layered.queue_limit),
+        ("http://saved:2/", 5, 7)
+    );
+    // With no sink saved or in the file, POLLSTER_SINK_URL alone makes one.
+    let c = load(None, &env_of(&[("POLLSTER_SINK_URL", "http://env:3/")])).expect("loads");
+    assert_eq!(c.env.apply_sink(None).map(|s| s.url), Some("http://env:3/".to_string()));
+    assert_eq!(load(None, &no_env()).expect("loads").env.apply_sink(None), None);
+}
