@@ -12,6 +12,7 @@ pub mod classify;
 pub mod interval;
 pub mod phase;
 pub mod queue;
+pub mod retry_schedule;
 pub mod scheduler;
 pub mod solver;
 pub mod staleness;
