@@ -48,6 +48,7 @@ fn per_poll(c: &mut Criterion) {
     let metrics = Metrics::new(
         Arc::new(Mutex::new(Scheduler::new(MonitoringSettings::default()))),
         Default::default(),
+        Default::default(),
     )
     .expect("the metrics registry builds");
     for k in &keys {

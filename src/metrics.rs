@@ -8,6 +8,7 @@
 
 use crate::core::Scheduler;
 use crate::engine::budget::BudgetState;
+use crate::engine::catalog::Catalog;
 use crate::model::{ErrorCategory, Timestamp};
 use prometheus::core::{Collector, Desc};
 use prometheus::{
@@ -15,7 +16,7 @@ use prometheus::{
     proto,
 };
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Poll duration buckets, 10 ms … 30 s.
 pub const DURATION_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
@@ -42,8 +43,10 @@ impl Metrics {
     pub fn new(
         scheduler: Arc<Mutex<Scheduler>>,
         budgets: Arc<Mutex<BudgetState>>,
+        catalog: Arc<RwLock<Arc<Catalog>>>,
     ) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
+        registry.register(Box::new(InfoCollector::new(catalog)?))?;
         let rate_limited = IntCounterVec::new(
             Opts::new(
                 "pollster_scheduler_rate_limited_total",
@@ -468,5 +471,49 @@ impl Collector for PlanCollector {
             out.extend(c.collect());
         }
         out
+    }
+}
+
+/// `pollster_instance_info`: one series per enabled instance carrying what
+/// alert rules join on (type, pool, the `critical` label).
+struct InfoCollector {
+    catalog: Arc<RwLock<Arc<Catalog>>>,
+    info: IntGaugeVec,
+}
+
+impl InfoCollector {
+    fn new(catalog: Arc<RwLock<Arc<Catalog>>>) -> Result<Self, prometheus::Error> {
+        let info = IntGaugeVec::new(
+            Opts::new(
+                "pollster_instance_info",
+                "Always 1 for each enabled instance: its type, budget pool (empty when unbudgeted) and whether it carries the label critical=\"true\".",
+            ),
+            &["instance", "instance_type", "pool", "critical"],
+        )?;
+        Ok(InfoCollector { catalog, info })
+    }
+}
+
+impl Collector for InfoCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.info.desc()
+    }
+
+    fn collect(&self) -> Vec<proto::MetricFamily> {
+        self.info.reset();
+        let cat = self.catalog.read().unwrap_or_else(|e| e.into_inner()).clone();
+        for e in cat.instances.values().filter(|e| e.config.enabled) {
+            let c = &e.config;
+            let critical = c.labels.get("critical").is_some_and(|v| v == "true");
+            self.info
+                .with_label_values(&[
+                    c.name.as_str(),
+                    c.type_name.as_str(),
+                    c.budget.as_deref().unwrap_or(""),
+                    if critical { "true" } else { "false" },
+                ])
+                .set(1);
+        }
+        self.info.collect()
     }
 }

@@ -292,6 +292,7 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
                 burst: 10,
             });
             c.instances[0].budget = Some("p".into());
+            c.instances[0].labels.insert("critical".into(), "true".into());
         },
     )
     .await;
@@ -385,6 +386,21 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
         ),
         ("pollster_scheduler_over_budget", &[("pool", "p")], Some("0")),
         ("pollster_scheduler_budget_wait_seconds_count", &[("pool", "p")], None),
+        (
+            "pollster_instance_info",
+            &[
+                ("instance", "m-ok"),
+                ("instance_type", "fast"),
+                ("pool", "p"),
+                ("critical", "true"),
+            ],
+            Some("1"),
+        ),
+        (
+            "pollster_instance_info",
+            &[("instance", "m-bad"), ("pool", ""), ("critical", "false")],
+            Some("1"),
+        ),
         ("process_resident_memory_bytes", &[], None),
     ];
     for (name, labels, value) in expect {

@@ -55,7 +55,7 @@ pub struct Shared {
     pub store: Store,
     pub poller: Poller,
     pub metrics: Metrics,
-    catalog: RwLock<Arc<Catalog>>,
+    catalog: Arc<RwLock<Arc<Catalog>>>,
     pub settings: Mutex<SettingsLayers>,
     write_lock: tokio::sync::Mutex<()>,
     /// Serialises instance changes (check-then-insert).
@@ -94,13 +94,14 @@ impl Shared {
     ) -> Result<Arc<Shared>, prometheus::Error> {
         let scheduler = Arc::new(Mutex::new(Scheduler::new(settings)));
         let budgets = Arc::new(Mutex::new(BudgetState::default()));
-        let metrics = Metrics::new(scheduler.clone(), budgets.clone())?;
+        let catalog = Arc::new(RwLock::new(Arc::new(catalog)));
+        let metrics = Metrics::new(scheduler.clone(), budgets.clone(), catalog.clone())?;
         Ok(Arc::new(Shared {
             scheduler,
             store,
             poller,
             metrics,
-            catalog: RwLock::new(Arc::new(catalog)),
+            catalog,
             settings: Mutex::new(layers),
             write_lock: tokio::sync::Mutex::new(()),
             catalog_edit: tokio::sync::Mutex::new(()),
