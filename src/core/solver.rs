@@ -93,10 +93,13 @@ pub struct SolveSettings {
 /// The solver's decision for one group.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GroupPlan {
+    #[serde(rename = "type")]
     pub type_name: String,
     pub name: String,
     pub priority: u8,
+    #[serde(rename = "floor_seconds")]
     pub floor_s: f64,
+    #[serde(rename = "interval_seconds")]
     pub interval_s: f64,
     /// `interval_s / floor_s` (1 for a disabled group).
     pub stretch_factor: f64,

@@ -12,7 +12,7 @@
 //! else the count set in the instance's `shape`), or `cost` otherwise.
 
 use super::catalog::Catalog;
-use crate::core::solver::{self, GroupInput, Mode, PoolPlan, SolveSettings};
+use crate::core::solver::{self, GroupInput, GroupPlan, Mode, PoolPlan, SolveSettings};
 use crate::core::task::Hold;
 use crate::model::{GroupDef, InstanceConfig, Profile, SchedulerMode, SchedulerSettings, ShapeUpdate, TypeDef};
 use serde::Serialize;
@@ -354,22 +354,11 @@ pub struct PoolView {
     pub groups: Vec<GroupView>,
 }
 
+/// A group of a pool's plan, with when it last ran.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GroupView {
-    #[serde(rename = "type")]
-    pub type_name: String,
-    pub name: String,
-    pub priority: u8,
-    pub floor_seconds: f64,
-    pub interval_seconds: f64,
-    pub stretch_factor: f64,
-    pub cost_per_cycle: f64,
-    pub demand_rps: f64,
-    pub pinned: bool,
-    pub pin_below_floor: bool,
-    pub shed: bool,
-    pub enabled: bool,
-    pub gated: bool,
+    #[serde(flatten)]
+    pub plan: GroupPlan,
     /// RFC 3339: the latest attempt of any of the group's tasks (`null`:
     /// never); absent from `pollster plan`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -378,7 +367,7 @@ pub struct GroupView {
 
 impl GroupView {
     pub fn stretched(&self) -> bool {
-        !self.pinned && self.stretch_factor > 1.0 + 1e-9
+        !self.plan.pinned && self.plan.stretch_factor > 1.0 + 1e-9
     }
 }
 
@@ -405,19 +394,7 @@ impl PoolView {
                 .groups
                 .iter()
                 .map(|g| GroupView {
-                    type_name: g.type_name.clone(),
-                    name: g.name.clone(),
-                    priority: g.priority,
-                    floor_seconds: g.floor_s,
-                    interval_seconds: g.interval_s,
-                    stretch_factor: g.stretch_factor,
-                    cost_per_cycle: g.cost_per_cycle,
-                    demand_rps: g.demand_rps,
-                    pinned: g.pinned,
-                    pin_below_floor: g.pin_below_floor,
-                    shed: g.shed,
-                    enabled: g.enabled,
-                    gated: g.gated,
+                    plan: g.clone(),
                     last_ran: None,
                 })
                 .collect(),
@@ -449,25 +426,28 @@ impl PoolView {
                 let v = groups
                     .entry((ty.name.clone(), g.name.clone()))
                     .or_insert_with(|| GroupView {
-                        type_name: ty.name.clone(),
-                        name: g.name.clone(),
-                        priority: g.priority,
-                        floor_seconds: g.floor.as_secs_f64(),
-                        interval_seconds: interval,
-                        stretch_factor: interval / g.floor.as_secs_f64(),
-                        cost_per_cycle: 0.0,
-                        demand_rps: 0.0,
-                        pinned: pin.is_some(),
-                        pin_below_floor: pin.is_some_and(|p| p < g.floor),
-                        shed: false,
-                        enabled: false,
-                        gated: g.gated,
+                        plan: GroupPlan {
+                            type_name: ty.name.clone(),
+                            name: g.name.clone(),
+                            priority: g.priority,
+                            floor_s: g.floor.as_secs_f64(),
+                            interval_s: interval,
+                            stretch_factor: interval / g.floor.as_secs_f64(),
+                            cost_per_cycle: 0.0,
+                            demand_rps: 0.0,
+                            pinned: pin.is_some(),
+                            pin_below_floor: pin.is_some_and(|p| p < g.floor),
+                            shed: false,
+                            enabled: false,
+                            gated: g.gated,
+                        },
                         last_ran: None,
                     });
                 if counted(ty, inst, shapes, g, s.profile) {
+                    let v = &mut v.plan;
                     v.enabled = true;
                     v.cost_per_cycle += execution_cost(inst, shapes, g);
-                    v.demand_rps = v.cost_per_cycle / v.interval_seconds;
+                    v.demand_rps = v.cost_per_cycle / v.interval_s;
                 }
             }
         }
@@ -475,7 +455,9 @@ impl PoolView {
             return None;
         }
         let mut groups: Vec<GroupView> = groups.into_values().collect();
-        groups.sort_by(|a, b| (a.priority, &a.type_name, &a.name).cmp(&(b.priority, &b.type_name, &b.name)));
+        groups.sort_by(|a, b| {
+            (a.plan.priority, &a.plan.type_name, &a.plan.name).cmp(&(b.plan.priority, &b.plan.type_name, &b.plan.name))
+        });
         Some(PoolView {
             name: UNBUDGETED.into(),
             mode: s.mode,
@@ -484,7 +466,7 @@ impl PoolView {
             effective_budget_rps: None,
             target_utilization: s.target_utilization,
             target_rps: None,
-            total_demand_rps: groups.iter().map(|g| g.demand_rps).sum(),
+            total_demand_rps: groups.iter().map(|g| g.plan.demand_rps).sum(),
             utilization: None,
             over_budget: false,
             fits_after_shedding: true,

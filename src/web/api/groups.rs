@@ -69,8 +69,8 @@ pub fn plan_doc(shared: &Shared) -> PlanDoc {
         for g in v.groups.iter_mut() {
             let key = (
                 pool.clone(),
-                Arc::from(g.type_name.as_str()),
-                Arc::from(g.name.as_str()),
+                Arc::from(g.plan.type_name.as_str()),
+                Arc::from(g.plan.name.as_str()),
             );
             g.last_ran = Some(last.get(&key).map(|t| t.to_rfc3339()));
         }

@@ -63,10 +63,10 @@ fn card(v: PoolView) -> PoolCard {
         .groups
         .iter()
         .map(|g| GroupRow {
-            floor: human_secs(g.floor_seconds),
-            interval: human_secs(g.interval_seconds),
-            stretch: format!("×{:.2}", g.stretch_factor),
-            demand: format!("{:.4}", g.demand_rps),
+            floor: human_secs(g.plan.floor_s),
+            interval: human_secs(g.plan.interval_s),
+            stretch: format!("×{:.2}", g.plan.stretch_factor),
+            demand: format!("{:.4}", g.plan.demand_rps),
             last_ran: match &g.last_ran {
                 Some(Some(t)) => t.replace('T', " ").replace('Z', " UTC"),
                 _ => "never".into(),
