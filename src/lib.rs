@@ -14,5 +14,6 @@ pub mod metrics;
 pub mod model;
 pub mod poll;
 pub mod presets;
+pub mod sink;
 pub mod store;
 pub mod web;

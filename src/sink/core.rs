@@ -1,0 +1,917 @@
+//! The sink's pure state machine: queue, batch in flight, retry schedule and
+//! batching rules (§5). No clock reads and no I/O: every time is passed in as
+//! a [`Timestamp`] (ms), so every rule is testable with a fake clock.
+//!
+//! # Rules
+//!
+//! - **Queue.** Serialized lines wait in a FIFO of at most `queue_limit`
+//!   lines. Pushing into a full queue drops the oldest line (`overflow`). The
+//!   batch taken out of the queue does not count against the limit, so at
+//!   most `queue_limit + batch_size` lines are held.
+//! - **Batching.** While healthy, a batch of up to `batch_size` lines is
+//!   ready as soon as `batch_size` lines are queued, or when the oldest
+//!   queued line has waited `buffering`.
+//! - **One batch at a time.** [`SinkCore::next`] hands out a [`Batch`] and
+//!   marks it in flight; nothing else is sent until [`SinkCore::on_sent`]
+//!   reports its outcome (outcomes for any other batch id, or for a batch not
+//!   in flight, are ignored).
+//! - **Outcomes.**
+//!   - [`Outcome::Ok`]: the lines count as `sent`, and the retry schedule is
+//!     reset. A delivered batch is never sent again.
+//!   - [`Outcome::Retryable`] (408, 429, 5xx, transport errors): the
+//!     schedule ([`crate::core::retry_schedule`]) records the failure. The
+//!     batch is kept *as it was* (same id, same lines, same order) and is
+//!     retried once the schedule's interval has passed since the failure,
+//!     unless the schedule drops it (`dropped_batch`), and after ten drops
+//!     in a row the whole queue too (`dropped_queue`). Until the next
+//!     success, every batch (retried or new) waits for that interval after
+//!     the latest failure, on top of the batching rule.
+//!   - [`Outcome::Rejected`] (any other non-2xx status, e.g. 400, 401, 413):
+//!     the receiver answered and refused this batch; retrying it would not
+//!     help, so it is dropped at once (`rejected`). The schedule is neither
+//!     advanced nor reset: a rejection says nothing about the receiver's
+//!     availability, so it neither slows nor speeds up later batches.
+//! - **Counters** count events (lines), except `batches`, which counts
+//!   attempts: `ok` per delivered batch, `failed` per failed attempt
+//!   (retryable or rejected). Every pushed line ends up exactly once in
+//!   `sent`, `dropped_batch`, `dropped_queue`, `overflow` or `rejected`, or
+//!   is still held ([`SinkCore::depth`]).
+//! - **Reconfigure** applies new limits: the queue is cut to the new
+//!   `queue_limit` by dropping its oldest lines (`overflow`), the schedule is
+//!   reset (the next attempt may go at once), and a pending batch is kept as
+//!   it was, even if larger than the new `batch_size`.
+//! - **Shutdown.** [`SinkCore::drain_for_shutdown`] hands out the pending
+//!   batch, then queued lines in batches, at once, ignoring buffering and the
+//!   retry schedule; the caller stops at the first failure.
+
+use crate::config::SinkConfig;
+use crate::core::retry_schedule::{self, RetrySchedule};
+use crate::model::Timestamp;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The sink settings the state machine uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most lines per batch (at least 1).
+    pub batch_size: usize,
+    /// How long the oldest queued line may wait for a batch to fill.
+    pub buffering: Duration,
+    /// How long a failing batch is retried; zero drops it at its first failure.
+    pub retry_limit: Duration,
+    /// Most queued lines (at least 1).
+    pub queue_limit: usize,
+}
+
+impl Limits {
+    pub fn from_config(c: &SinkConfig) -> Limits {
+        Limits {
+            batch_size: c.batch_size,
+            buffering: c.buffering,
+            retry_limit: c.retry_limit,
+            queue_limit: c.queue_limit,
+        }
+    }
+
+    fn normalized(self) -> Limits {
+        Limits {
+            batch_size: self.batch_size.max(1),
+            queue_limit: self.queue_limit.max(1),
+            ..self
+        }
+    }
+
+    fn schedule(&self) -> RetrySchedule {
+        retry_schedule::create(ms(self.buffering), ms(self.retry_limit))
+    }
+}
+
+impl Default for Limits {
+    /// The `[sink]` defaults: 1000 lines, 2 s, 10 min, 100 000 lines.
+    fn default() -> Self {
+        Limits::from_config(&SinkConfig::new("http://localhost/"))
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A batch to POST: its lines concatenated are the request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// Unique per batch; a retry keeps the id.
+    pub id: u64,
+    /// NDJSON lines, each ending `\n`, in push order.
+    pub lines: Arc<[String]>,
+    /// 1 for the first attempt, 2 for the first retry, …
+    pub attempt: u32,
+}
+
+/// What the driver should do now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing to send until something is pushed (or, while a batch is in
+    /// flight, until its outcome arrives).
+    Idle,
+    /// Ask again at this time (or earlier, when something is pushed).
+    WaitUntil(Timestamp),
+    /// POST this batch, then report with [`SinkCore::on_sent`].
+    Send(Batch),
+}
+
+/// How a POST went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx.
+    Ok,
+    /// 408, 429, 5xx or a transport error (connect, TLS, timeout…): retried
+    /// on the schedule.
+    Retryable(String),
+    /// Any other status: dropped at once.
+    Rejected(String),
+}
+
+/// What [`SinkCore::on_sent`] did with an outcome, for logging.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// Not the batch in flight: nothing changed.
+    Ignored,
+    /// Delivered this many events.
+    Delivered(usize),
+    /// Kept for a retry at `at`, after `failures` consecutive failures.
+    WillRetry { at: Timestamp, failures: u64 },
+    /// The schedule dropped the batch (`events`) and, after ten drops in a
+    /// row, the queue (`queue` events, else 0).
+    Dropped { events: usize, queue: usize },
+    /// Rejected by the receiver: this many events dropped.
+    Rejected(usize),
+}
+
+/// Events by fate (counts of lines, not batches).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    /// Delivered (2xx).
+    pub sent: u64,
+    /// In a batch the retry schedule gave up on.
+    pub dropped_batch: u64,
+    /// Queued when ten dropped batches in a row dropped the queue (or when the
+    /// sink was disabled).
+    pub dropped_queue: u64,
+    /// The oldest, pushed out of a full queue (or cut by a smaller limit).
+    pub overflow: u64,
+    /// In a batch the receiver refused with a non-retryable status.
+    pub rejected: u64,
+}
+
+/// POST attempts by result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Batches {
+    pub ok: u64,
+    pub failed: u64,
+}
+
+/// The health of delivery, for the status page.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CoreStatus {
+    /// Failed attempts since the last success (rejections excluded).
+    pub consecutive_failures: u64,
+    /// When the next attempt after a failure is due; `None` while healthy.
+    pub next_attempt_at: Option<Timestamp>,
+    /// The schedule's current wait after a failure; 0 while healthy.
+    pub retry_wait_ms: u64,
+    pub last_error: Option<String>,
+    pub last_success_at: Option<Timestamp>,
+    pub last_failure_at: Option<Timestamp>,
+}
+
+#[derive(Debug)]
+struct Queued {
+    line: String,
+    at: Timestamp,
+}
+
+#[derive(Debug)]
+struct Pending {
+    batch: Batch,
+    in_flight: bool,
+}
+
+/// The sink's state: see the module documentation for the rules.
+#[derive(Debug)]
+pub struct SinkCore {
+    limits: Limits,
+    queue: VecDeque<Queued>,
+    pending: Option<Pending>,
+    schedule: RetrySchedule,
+    /// Set by a retryable failure: no attempt before it. Cleared by a
+    /// success or a reconfigure.
+    retry_at: Option<Timestamp>,
+    next_id: u64,
+    counters: Counters,
+    batches: Batches,
+    last_error: Option<String>,
+    last_success: Option<Timestamp>,
+    last_failure: Option<Timestamp>,
+}
+
+impl SinkCore {
+    pub fn new(limits: Limits) -> SinkCore {
+        let limits = limits.normalized();
+        SinkCore {
+            limits,
+            queue: VecDeque::new(),
+            pending: None,
+            schedule: limits.schedule(),
+            retry_at: None,
+            next_id: 1,
+            counters: Counters::default(),
+            batches: Batches::default(),
+            last_error: None,
+            last_success: None,
+            last_failure: None,
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Queue one line (it should end with `\n`). Returns true when the
+    /// driver should be woken: the queue was empty (a buffering deadline
+    /// starts) or just reached `batch_size` (a batch is ready).
+    pub fn push(&mut self, line: String, now: Timestamp) -> bool {
+        let was_empty = self.queue.is_empty();
+        if self.queue.len() >= self.limits.queue_limit {
+            self.queue.pop_front();
+            self.counters.overflow += 1;
+        }
+        self.queue.push_back(Queued { line, at: now });
+        was_empty || self.queue.len() == self.limits.batch_size
+    }
+
+    /// What to do at `now`. A returned [`Next::Send`] marks its batch in
+    /// flight until [`SinkCore::on_sent`].
+    pub fn next(&mut self, now: Timestamp) -> Next {
+        if let Some(p) = &mut self.pending {
+            if p.in_flight {
+                return Next::Idle;
+            }
+            let at = self.retry_at.unwrap_or(now);
+            if now < at {
+                return Next::WaitUntil(at);
+            }
+            p.in_flight = true;
+            p.batch.attempt += 1;
+            return Next::Send(p.batch.clone());
+        }
+        let Some(oldest) = self.queue.front() else {
+            return Next::Idle;
+        };
+        let filled = if self.queue.len() >= self.limits.batch_size {
+            Timestamp(0)
+        } else {
+            oldest.at.plus(self.limits.buffering)
+        };
+        let ready = filled.max(self.retry_at.unwrap_or(Timestamp(0)));
+        if now < ready {
+            return Next::WaitUntil(ready);
+        }
+        Next::Send(self.take_batch())
+    }
+
+    /// Move up to `batch_size` queued lines into a new batch in flight.
+    fn take_batch(&mut self) -> Batch {
+        let n = self.queue.len().min(self.limits.batch_size);
+        let lines: Arc<[String]> = self.queue.drain(..n).map(|q| q.line).collect();
+        let batch = Batch {
+            id: self.next_id,
+            lines,
+            attempt: 1,
+        };
+        self.next_id += 1;
+        self.pending = Some(Pending {
+            batch: batch.clone(),
+            in_flight: true,
+        });
+        batch
+    }
+
+    /// Record the outcome of the batch `batch_id` at `now`.
+    pub fn on_sent(&mut self, batch_id: u64, outcome: Outcome, now: Timestamp) -> Settled {
+        let Some(p) = &mut self.pending else {
+            return Settled::Ignored;
+        };
+        if p.batch.id != batch_id || !p.in_flight {
+            return Settled::Ignored;
+        }
+        let n = p.batch.lines.len();
+        match outcome {
+            Outcome::Ok => {
+                self.pending = None;
+                self.counters.sent += n as u64;
+                self.batches.ok += 1;
+                self.schedule = retry_schedule::succeeded(self.schedule);
+                self.retry_at = None;
+                self.last_success = Some(now);
+                Settled::Delivered(n)
+            }
+            Outcome::Rejected(message) => {
+                self.pending = None;
+                self.counters.rejected += n as u64;
+                self.batches.failed += 1;
+                self.last_error = Some(message);
+                self.last_failure = Some(now);
+                Settled::Rejected(n)
+            }
+            Outcome::Retryable(message) => {
+                self.batches.failed += 1;
+                self.last_error = Some(message);
+                self.last_failure = Some(now);
+                let verdict = retry_schedule::failed(self.schedule, now.0);
+                self.schedule = verdict.state;
+                let at = Timestamp(now.0.saturating_add(retry_schedule::interval(self.schedule)));
+                self.retry_at = Some(at);
+                if !verdict.drop_batch {
+                    p.in_flight = false;
+                    return Settled::WillRetry {
+                        at,
+                        failures: self.schedule.failures(),
+                    };
+                }
+                self.pending = None;
+                self.counters.dropped_batch += n as u64;
+                let mut queue = 0;
+                if verdict.drop_queue {
+                    queue = self.queue.len();
+                    self.queue.clear();
+                    self.counters.dropped_queue += queue as u64;
+                }
+                Settled::Dropped { events: n, queue }
+            }
+        }
+    }
+
+    /// Apply new limits: cut the queue to `queue_limit` (oldest first,
+    /// counted `overflow`) and reset the retry schedule. A pending batch is
+    /// kept as it was.
+    pub fn reconfigure(&mut self, limits: Limits) {
+        self.limits = limits.normalized();
+        while self.queue.len() > self.limits.queue_limit {
+            self.queue.pop_front();
+            self.counters.overflow += 1;
+        }
+        self.schedule = self.limits.schedule();
+        self.retry_at = None;
+    }
+
+    /// Drop everything held, queued and pending (even in flight: its outcome
+    /// will be ignored), counted `dropped_queue`; returns how many. For
+    /// disabling the sink.
+    pub fn discard_all(&mut self) -> usize {
+        let n = self.depth();
+        self.queue.clear();
+        self.pending = None;
+        self.counters.dropped_queue += n as u64;
+        self.schedule = self.limits.schedule();
+        self.retry_at = None;
+        n
+    }
+
+    /// Forget that the pending batch is in flight (its request was
+    /// abandoned): it will be sent again as it was, and a late outcome for
+    /// it is ignored.
+    pub fn abandon_in_flight(&mut self) {
+        if let Some(p) = &mut self.pending {
+            p.in_flight = false;
+        }
+    }
+
+    /// At shutdown: the next batch to send at once, whatever the buffering
+    /// time and the retry schedule say: the pending batch, else up to
+    /// `batch_size` queued lines. `None` when nothing is left or a batch is
+    /// in flight. Report outcomes with [`SinkCore::on_sent`] as usual and
+    /// stop at the first one that is not [`Outcome::Ok`].
+    pub fn drain_for_shutdown(&mut self) -> Option<Batch> {
+        if let Some(p) = &mut self.pending {
+            if p.in_flight {
+                return None;
+            }
+            p.in_flight = true;
+            p.batch.attempt += 1;
+            return Some(p.batch.clone());
+        }
+        if self.queue.is_empty() {
+            return None;
+        }
+        Some(self.take_batch())
+    }
+
+    /// Events held: queued plus the pending batch.
+    pub fn depth(&self) -> usize {
+        self.queue.len() + self.pending.as_ref().map_or(0, |p| p.batch.lines.len())
+    }
+
+    /// Events queued, not counting the pending batch.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether a batch is in flight.
+    pub fn in_flight(&self) -> bool {
+        self.pending.as_ref().is_some_and(|p| p.in_flight)
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    pub fn batches(&self) -> Batches {
+        self.batches
+    }
+
+    /// The schedule's current wait after a failure, 0 while healthy.
+    pub fn retry_wait_ms(&self) -> u64 {
+        if self.schedule.failures() == 0 {
+            0
+        } else {
+            retry_schedule::interval(self.schedule)
+        }
+    }
+
+    pub fn status(&self) -> CoreStatus {
+        CoreStatus {
+            consecutive_failures: self.schedule.failures(),
+            next_attempt_at: self.retry_at,
+            retry_wait_ms: self.retry_wait_ms(),
+            last_error: self.last_error.clone(),
+            last_success_at: self.last_success,
+            last_failure_at: self.last_failure,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn limits(batch_size: usize, buffering_ms: u64, retry_limit_ms: u64, queue_limit: usize) -> Limits {
+        Limits {
+            batch_size,
+            buffering: Duration::from_millis(buffering_ms),
+            retry_limit: Duration::from_millis(retry_limit_ms),
+            queue_limit,
+        }
+    }
+
+    fn line(n: u64) -> String {
+        format!("{{\"n\":{n}}}\n")
+    }
+
+    fn num(line: &str) -> u64 {
+        line.trim_end()
+            .trim_start_matches("{\"n\":")
+            .trim_end_matches('}')
+            .parse()
+            .expect("a test line")
+    }
+
+    fn nums(b: &Batch) -> Vec<u64> {
+        b.lines.iter().map(|l| num(l)).collect()
+    }
+
+    fn t(ms: u64) -> Timestamp {
+        Timestamp(ms)
+    }
+
+    fn push_n(core: &mut SinkCore, range: std::ops::Range<u64>, now: u64) {
+        for n in range {
+            core.push(line(n), t(now));
+        }
+    }
+
+    #[track_caller]
+    fn send(core: &mut SinkCore, now: u64) -> Batch {
+        match core.next(t(now)) {
+            Next::Send(b) => b,
+            other => panic!("expected a batch at {now}, got {other:?}"),
+        }
+    }
+
+    fn fail() -> Outcome {
+        Outcome::Retryable("HTTP 503 Service Unavailable".into())
+    }
+
+    #[test]
+    fn batches_by_size() {
+        let mut core = SinkCore::new(limits(3, 2000, 600_000, 100));
+        assert!(core.push(line(0), t(0)), "first line wakes the driver");
+        assert!(!core.push(line(1), t(0)));
+        assert_eq!(core.next(t(0)), Next::WaitUntil(t(2000)));
+        assert!(core.push(line(2), t(0)), "a full batch wakes the driver");
+        push_n(&mut core, 3..7, 0);
+        let b = send(&mut core, 0);
+        assert_eq!(nums(&b), [0, 1, 2]);
+        assert_eq!(b.attempt, 1);
+        assert_eq!(core.next(t(0)), Next::Idle, "one batch in flight at a time");
+        assert_eq!(core.on_sent(b.id, Outcome::Ok, t(1)), Settled::Delivered(3));
+        let b = send(&mut core, 1);
+        assert_eq!(nums(&b), [3, 4, 5]);
+        core.on_sent(b.id, Outcome::Ok, t(2));
+        // The last line waits for the buffering time from its own push.
+        assert_eq!(core.next(t(2)), Next::WaitUntil(t(2000)));
+        let b = send(&mut core, 2000);
+        assert_eq!(nums(&b), [6]);
+        core.on_sent(b.id, Outcome::Ok, t(2001));
+        assert_eq!(core.next(t(2001)), Next::Idle);
+        assert_eq!(core.counters().sent, 7);
+        assert_eq!(core.batches(), Batches { ok: 3, failed: 0 });
+        assert_eq!(core.depth(), 0);
+    }
+
+    #[test]
+    fn batches_by_time_from_the_oldest_line() {
+        let mut core = SinkCore::new(limits(1000, 2000, 600_000, 100));
+        assert_eq!(core.next(t(0)), Next::Idle);
+        core.push(line(0), t(100));
+        core.push(line(1), t(1500));
+        assert_eq!(core.next(t(100)), Next::WaitUntil(t(2100)));
+        assert_eq!(core.next(t(2099)), Next::WaitUntil(t(2100)));
+        let b = send(&mut core, 2100);
+        assert_eq!(nums(&b), [0, 1]);
+        core.push(line(2), t(2200));
+        assert_eq!(core.next(t(2200)), Next::Idle, "in flight");
+        core.on_sent(b.id, Outcome::Ok, t(2300));
+        assert_eq!(core.next(t(2300)), Next::WaitUntil(t(4200)));
+    }
+
+    #[test]
+    fn stale_or_unknown_outcomes_are_ignored() {
+        let mut core = SinkCore::new(limits(1, 10, 600_000, 100));
+        core.push(line(0), t(0));
+        let b = send(&mut core, 0);
+        assert_eq!(core.on_sent(b.id + 1, Outcome::Ok, t(1)), Settled::Ignored);
+        assert_eq!(core.on_sent(b.id, Outcome::Ok, t(1)), Settled::Delivered(1));
+        assert_eq!(
+            core.on_sent(b.id, Outcome::Ok, t(1)),
+            Settled::Ignored,
+            "never counted twice"
+        );
+        assert_eq!(core.counters().sent, 1);
+    }
+
+    /// Buffering 2 s: the first retry 2 s after the failure, then 10, 20,
+    /// 40 s, then every 60 s (Serilog's figures in REFERENCE §3).
+    #[test]
+    fn retry_pacing_follows_the_schedule() {
+        let mut core = SinkCore::new(limits(1000, 2000, 600_000, 100_000));
+        push_n(&mut core, 0..5, 0);
+        assert_eq!(core.next(t(0)), Next::WaitUntil(t(2000)));
+        let first = send(&mut core, 2000);
+        let mut now = 2000;
+        let mut times = vec![];
+        for wait in [2000, 10_000, 20_000, 40_000, 60_000, 60_000, 60_000] {
+            let s = core.on_sent(first.id, fail(), t(now));
+            assert_eq!(
+                s,
+                Settled::WillRetry {
+                    at: t(now + wait),
+                    failures: times.len() as u64 + 1
+                }
+            );
+            assert_eq!(core.status().retry_wait_ms, wait);
+            assert_eq!(core.status().next_attempt_at, Some(t(now + wait)));
+            assert_eq!(core.next(t(now + wait - 1)), Next::WaitUntil(t(now + wait)));
+            // New lines neither wake nor hurry a retry.
+            core.push(line(100 + times.len() as u64), t(now + 1));
+            now += wait;
+            let b = send(&mut core, now);
+            assert_eq!(b.id, first.id, "retried as it was");
+            assert_eq!(b.lines, first.lines);
+            assert_eq!(b.attempt, times.len() as u32 + 2);
+            times.push(now);
+        }
+        assert_eq!(times, [4000, 14_000, 34_000, 74_000, 134_000, 194_000, 254_000]);
+        assert_eq!(core.status().consecutive_failures, 7);
+        core.on_sent(first.id, Outcome::Ok, t(now));
+        let st = core.status();
+        assert_eq!(st.consecutive_failures, 0);
+        assert_eq!(st.retry_wait_ms, 0);
+        assert_eq!(st.next_attempt_at, None);
+        assert_eq!(st.last_success_at, Some(t(254_000)));
+        assert_eq!(st.last_failure_at, Some(t(194_000)));
+        assert_eq!(st.last_error.as_deref(), Some("HTTP 503 Service Unavailable"));
+        // The backlog is old enough to go at once after the recovery.
+        let b = send(&mut core, now);
+        assert_eq!(nums(&b), (100..107).collect::<Vec<_>>());
+        assert_eq!(core.counters().sent, 5);
+        assert_eq!(core.batches(), Batches { ok: 1, failed: 7 });
+    }
+
+    /// A short buffering time still backs off from 5 s from the second
+    /// failure.
+    #[test]
+    fn short_buffering_backs_off_from_five_seconds() {
+        let mut core = SinkCore::new(limits(10, 20, 600_000, 100));
+        core.push(line(0), t(0));
+        let b = send(&mut core, 20);
+        let mut now = 20;
+        for wait in [20, 10_000, 20_000, 40_000, 60_000] {
+            core.on_sent(b.id, fail(), t(now));
+            assert_eq!(core.next(t(now)), Next::WaitUntil(t(now + wait)));
+            now += wait;
+            send(&mut core, now);
+        }
+    }
+
+    #[test]
+    fn a_batch_is_dropped_at_the_retry_limit_and_the_next_waits_the_interval() {
+        // Defaults: the first batch drops at 552 s after its first failure.
+        let mut core = SinkCore::new(limits(1000, 2000, 600_000, 100_000));
+        core.push(line(0), t(0));
+        let b = send(&mut core, 2000);
+        let mut now = 0; // relative to the first failure, shifted below
+        let base = 2000;
+        loop {
+            match core.on_sent(b.id, fail(), t(base + now)) {
+                Settled::WillRetry { at, .. } => {
+                    now = at.0 - base;
+                    assert_eq!(send(&mut core, base + now).id, b.id);
+                }
+                Settled::Dropped { events, queue } => {
+                    assert_eq!((events, queue), (1, 0));
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(now, 552_000);
+        assert_eq!(core.counters().dropped_batch, 1);
+        assert_eq!(core.depth(), 0);
+        // A new batch waits for the interval after the failure, not just the
+        // buffering time.
+        core.push(line(1), t(base + now + 1));
+        assert_eq!(core.next(t(base + now + 1)), Next::WaitUntil(t(base + now + 60_000)));
+        let b2 = send(&mut core, base + now + 60_000);
+        assert_eq!(nums(&b2), [1]);
+        // The first failure time is kept: the next failing batch drops at its
+        // first failure.
+        assert_eq!(
+            core.on_sent(b2.id, fail(), t(base + now + 60_000)),
+            Settled::Dropped { events: 1, queue: 0 }
+        );
+    }
+
+    #[test]
+    fn ten_dropped_batches_drop_the_queue() {
+        // retry_limit 0: every failing batch is dropped at once.
+        let mut core = SinkCore::new(limits(2, 10, 0, 1000));
+        push_n(&mut core, 0..40, 0);
+        let mut now = 0;
+        for i in 0..9 {
+            let b = send(&mut core, now);
+            assert_eq!(nums(&b), [2 * i, 2 * i + 1]);
+            assert_eq!(
+                core.on_sent(b.id, fail(), t(now)),
+                Settled::Dropped { events: 2, queue: 0 }
+            );
+            now = core.status().next_attempt_at.expect("gated").0;
+        }
+        assert_eq!(core.depth(), 22);
+        let b = send(&mut core, now);
+        assert_eq!(nums(&b), [18, 19]);
+        assert_eq!(
+            core.on_sent(b.id, fail(), t(now)),
+            Settled::Dropped { events: 2, queue: 20 }
+        );
+        assert_eq!(core.depth(), 0);
+        let c = core.counters();
+        assert_eq!((c.dropped_batch, c.dropped_queue, c.sent), (20, 20, 0));
+        assert_eq!(core.batches().failed, 10);
+        // From then on every failure drops the queue too.
+        now = core.status().next_attempt_at.expect("gated").0;
+        push_n(&mut core, 40..45, now);
+        let b = send(&mut core, now + 10);
+        assert_eq!(nums(&b), [40, 41]);
+        assert_eq!(
+            core.on_sent(b.id, fail(), t(now + 10)),
+            Settled::Dropped { events: 2, queue: 3 }
+        );
+        // A success resets everything.
+        now = core.status().next_attempt_at.expect("gated").0;
+        push_n(&mut core, 45..50, now);
+        let b = send(&mut core, now + 10);
+        core.on_sent(b.id, Outcome::Ok, t(now + 10));
+        let b = send(&mut core, now + 10);
+        assert_eq!(
+            core.on_sent(b.id, fail(), t(now + 10)),
+            Settled::Dropped { events: 2, queue: 0 }
+        );
+    }
+
+    #[test]
+    fn overflow_drops_the_oldest() {
+        let mut core = SinkCore::new(limits(100, 1000, 600_000, 3));
+        push_n(&mut core, 0..5, 0);
+        assert_eq!(core.counters().overflow, 2);
+        assert_eq!(core.depth(), 3);
+        let b = send(&mut core, 1000);
+        assert_eq!(nums(&b), [2, 3, 4]);
+        // The batch taken out does not count against the limit.
+        push_n(&mut core, 5..9, 1000);
+        assert_eq!(core.counters().overflow, 3);
+        assert_eq!(core.depth(), 6);
+        assert_eq!(core.queued(), 3);
+    }
+
+    #[test]
+    fn rejected_batches_are_dropped_without_touching_the_schedule() {
+        let mut core = SinkCore::new(limits(2, 2000, 600_000, 100));
+        push_n(&mut core, 0..6, 0);
+        let b = send(&mut core, 0);
+        assert_eq!(
+            core.on_sent(b.id, Outcome::Rejected("HTTP 400 Bad Request".into()), t(5)),
+            Settled::Rejected(2)
+        );
+        let st = core.status();
+        assert_eq!((st.consecutive_failures, st.next_attempt_at), (0, None));
+        assert_eq!(st.last_error.as_deref(), Some("HTTP 400 Bad Request"));
+        // The next batch flows at once.
+        let b = send(&mut core, 5);
+        assert_eq!(nums(&b), [2, 3]);
+        // After a retryable failure, a rejection of the retry keeps the gate.
+        core.on_sent(b.id, fail(), t(10));
+        assert_eq!(core.next(t(10)), Next::WaitUntil(t(2010)));
+        let b = send(&mut core, 2010);
+        assert_eq!(nums(&b), [2, 3]);
+        core.on_sent(b.id, Outcome::Rejected("HTTP 413 Payload Too Large".into()), t(2020));
+        assert_eq!(core.status().consecutive_failures, 1);
+        assert_eq!(core.status().next_attempt_at, Some(t(2010)), "gate kept");
+        assert_eq!(nums(&send(&mut core, 2020)), [4, 5]);
+        let c = core.counters();
+        assert_eq!((c.rejected, c.sent, c.dropped_batch), (4, 0, 0));
+        assert_eq!(core.batches(), Batches { ok: 0, failed: 3 });
+    }
+
+    #[test]
+    fn reconfigure_truncates_the_queue_and_resets_the_schedule() {
+        let mut core = SinkCore::new(limits(2, 2000, 600_000, 100));
+        push_n(&mut core, 0..10, 0);
+        let b = send(&mut core, 0);
+        core.on_sent(b.id, fail(), t(0));
+        assert_eq!(core.next(t(0)), Next::WaitUntil(t(2000)));
+        core.reconfigure(limits(5, 50, 600_000, 3));
+        assert_eq!(core.counters().overflow, 5, "8 queued cut to 3, oldest first");
+        assert_eq!(core.status().consecutive_failures, 0);
+        // The pending batch is retried at once, as it was.
+        let r = send(&mut core, 1);
+        assert_eq!((r.id, nums(&r)), (b.id, vec![0, 1]));
+        core.on_sent(r.id, Outcome::Ok, t(1));
+        // Then the remaining lines, on the new buffering time.
+        assert_eq!(core.next(t(1)), Next::WaitUntil(t(50)));
+        assert_eq!(nums(&send(&mut core, 50)), [7, 8, 9]);
+        assert_eq!(core.limits().batch_size, 5);
+    }
+
+    #[test]
+    fn degenerate_limits_are_clamped() {
+        let mut core = SinkCore::new(limits(0, 10, 0, 0));
+        core.push(line(0), t(0));
+        core.push(line(1), t(0));
+        assert_eq!(core.counters().overflow, 1);
+        assert_eq!(nums(&send(&mut core, 0)), [1]);
+    }
+
+    #[test]
+    fn drain_for_shutdown_ignores_timing_and_starts_with_the_pending_batch() {
+        let mut core = SinkCore::new(limits(2, 60_000, 600_000, 100));
+        push_n(&mut core, 0..7, 0);
+        let b = send(&mut core, 0);
+        core.on_sent(b.id, fail(), t(0));
+        assert_eq!(core.next(t(1)), Next::WaitUntil(t(60_000)));
+        let mut sent = vec![];
+        while let Some(b) = core.drain_for_shutdown() {
+            assert_eq!(core.drain_for_shutdown(), None, "one at a time");
+            sent.extend(nums(&b));
+            core.on_sent(b.id, Outcome::Ok, t(2));
+        }
+        assert_eq!(sent, (0..7).collect::<Vec<_>>());
+        assert_eq!(core.counters().sent, 7);
+    }
+
+    #[test]
+    fn abandoned_and_discarded_batches() {
+        let mut core = SinkCore::new(limits(2, 10, 600_000, 100));
+        push_n(&mut core, 0..3, 0);
+        let b = send(&mut core, 0);
+        assert!(core.in_flight());
+        core.abandon_in_flight();
+        assert!(!core.in_flight());
+        assert_eq!(core.on_sent(b.id, Outcome::Ok, t(1)), Settled::Ignored, "late outcome");
+        let again = core.drain_for_shutdown().expect("the same batch");
+        assert_eq!((again.id, again.attempt), (b.id, 2));
+        assert_eq!(core.discard_all(), 3);
+        assert_eq!(core.on_sent(b.id, Outcome::Ok, t(2)), Settled::Ignored);
+        assert_eq!(core.counters().dropped_queue, 3);
+        assert_eq!(core.depth(), 0);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push(u8),
+        Advance(u32),
+        Step,
+        Ok,
+        Retry,
+        Reject,
+        Reconfigure(usize, u64, u64, usize),
+        Shutdown,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1u8..5).prop_map(Op::Push),
+            3 => (0u32..70_000).prop_map(Op::Advance),
+            4 => Just(Op::Step),
+            3 => Just(Op::Ok),
+            3 => Just(Op::Retry),
+            1 => Just(Op::Reject),
+            1 => (1usize..6, 10u64..3000, 0u64..200_000, 1usize..12)
+                .prop_map(|(b, f, r, q)| Op::Reconfigure(b, f, r, q)),
+            1 => Just(Op::Shutdown),
+        ]
+    }
+
+    proptest! {
+        /// Every pushed line is sent exactly once or counted as dropped,
+        /// overflowed or rejected (or is still held), and sent lines arrive
+        /// in push order.
+        #[test]
+        fn lines_are_conserved_and_ordered(
+            batch_size in 1usize..6,
+            buffering in 10u64..3000,
+            retry_limit in 0u64..200_000,
+            queue_limit in 1usize..12,
+            ops in proptest::collection::vec(op(), 1..300),
+        ) {
+            let mut core = SinkCore::new(limits(batch_size, buffering, retry_limit, queue_limit));
+            let mut now = 0u64;
+            let mut pushed = 0u64;
+            let mut in_flight: Option<Batch> = None;
+            let mut delivered: Vec<u64> = vec![];
+            let mut last_ready_id = 0;
+            for op in ops {
+                match op {
+                    Op::Push(k) => for _ in 0..k {
+                        core.push(line(pushed), t(now));
+                        pushed += 1;
+                    },
+                    Op::Advance(ms) => now += u64::from(ms),
+                    Op::Step => match core.next(t(now)) {
+                        Next::Send(b) => {
+                            prop_assert!(in_flight.is_none());
+                            prop_assert!(b.id >= last_ready_id);
+                            last_ready_id = b.id;
+                            prop_assert!(!b.lines.is_empty());
+                            in_flight = Some(b);
+                        }
+                        Next::WaitUntil(at) => prop_assert!(at > t(now)),
+                        Next::Idle => prop_assert!(in_flight.is_some() || core.queued() == 0),
+                    },
+                    Op::Ok | Op::Retry | Op::Reject => if let Some(b) = in_flight.take() {
+                        let outcome = match op {
+                            Op::Ok => Outcome::Ok,
+                            Op::Retry => fail(),
+                            _ => Outcome::Rejected("HTTP 400".into()),
+                        };
+                        let ok = outcome == Outcome::Ok;
+                        let settled = core.on_sent(b.id, outcome, t(now));
+                        prop_assert_ne!(settled, Settled::Ignored);
+                        if ok {
+                            delivered.extend(nums(&b));
+                        }
+                    },
+                    Op::Reconfigure(b, f, r, q) => core.reconfigure(limits(b, f, r, q)),
+                    Op::Shutdown => if in_flight.is_none() {
+                        while let Some(b) = core.drain_for_shutdown() {
+                            delivered.extend(nums(&b));
+                            core.on_sent(b.id, Outcome::Ok, t(now));
+                        }
+                        prop_assert_eq!(core.depth(), 0);
+                    },
+                }
+                let c = core.counters();
+                prop_assert_eq!(c.sent, delivered.len() as u64);
+                prop_assert_eq!(
+                    c.sent + c.dropped_batch + c.dropped_queue + c.overflow + c.rejected + core.depth() as u64,
+                    pushed
+                );
+                prop_assert!(core.queued() <= core.limits().queue_limit);
+            }
+            prop_assert!(delivered.windows(2).all(|w| w[0] < w[1]), "in order, no duplicates: {:?}", delivered);
+        }
+    }
+}
