@@ -563,6 +563,7 @@ mod tests {
             digest: 7,
             body_bytes: 10,
             shape: Some(ShapeUpdate::default()),
+            body: None,
             failed_items: vec![
                 FailedItem {
                     item: "node-2".into(),
