@@ -41,6 +41,7 @@ fn app(dir: &std::path::Path) -> AppState {
         catalog,
         layers,
         cfg.monitoring(),
+        None,
     )
     .expect("shared");
     let now = Timestamp::now();

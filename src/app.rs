@@ -161,8 +161,31 @@ impl Application {
         if let Err(message) = crate::engine::plan::gate(&catalog, &Default::default(), &settings.scheduler) {
             return Err(AppError::OverBudget(message));
         }
+        // The sink: saved from the UI (a document, or null for "off") in
+        // place of the file's, then the environment over it.
+        let s = store.clone();
+        let saved_sink = blocking(move || s.get_settings(web::ops::SINK_KEY)).await??;
+        let sink = match saved_sink {
+            None => config.sink.clone(),
+            Some(doc) => match serde_json::from_value::<Option<crate::config::SinkConfig>>(doc) {
+                Ok(saved) => {
+                    let layered = config.env.apply_sink(saved);
+                    match layered.as_ref().map(|c| c.validate()) {
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "ignoring the sink settings saved from the UI");
+                            config.sink.clone()
+                        }
+                        _ => layered,
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "ignoring unreadable sink settings saved from the UI");
+                    config.sink.clone()
+                }
+            },
+        };
         let poller = Poller::new()?;
-        let shared = Shared::new(store, poller, catalog, layers, settings)?;
+        let shared = Shared::new(store, poller, catalog, layers, settings, sink)?;
         let engine = Engine::start(shared).await?;
         Ok(Application {
             engine,

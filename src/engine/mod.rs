@@ -15,6 +15,7 @@ pub mod catalog;
 pub mod plan;
 pub mod settings;
 
+use crate::config::SinkConfig;
 use crate::core::Scheduler;
 use crate::core::scheduler::{OpError, Planned};
 use crate::core::task::{DeadLetterMove, Transition};
@@ -23,6 +24,8 @@ use crate::model::{
     BreakerState, ErrorCategory, ErrorKind, MonitoringSettings, PollError, PollResult, TaskKey, TaskRecord, Timestamp,
 };
 use crate::poll::Poller;
+use crate::sink::event::{BreakerEvent, DeadLetterAction, DeadLetterEvent, Event, PollEvent};
+use crate::sink::{Sink, SinkMetrics};
 use crate::store::Store;
 use budget::BudgetState;
 use catalog::Catalog;
@@ -35,6 +38,8 @@ use tokio::sync::{Notify, watch};
 
 /// How long shutdown waits for polls in flight before abandoning them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How long shutdown spends shipping the sink's queued events.
+pub const SINK_FLUSH_GRACE: Duration = Duration::from_secs(5);
 /// Due tasks waiting this long with no dispatch make the appliance unready.
 pub const STALL_AFTER: Duration = Duration::from_secs(30);
 /// Per-minute history kept for the dashboard charts (which show 24 h).
@@ -52,6 +57,10 @@ pub enum EngineError {
 
 pub struct Shared {
     pub scheduler: Arc<Mutex<Scheduler>>,
+    /// The event sink (a no-op when none is configured).
+    pub sink: Sink,
+    /// The sink's settings in force (environment applied).
+    pub sink_config: Mutex<Option<SinkConfig>>,
     pub store: Store,
     pub poller: Poller,
     pub metrics: Metrics,
@@ -91,13 +100,18 @@ impl Shared {
         catalog: Catalog,
         layers: SettingsLayers,
         settings: MonitoringSettings,
+        sink: Option<SinkConfig>,
     ) -> Result<Arc<Shared>, prometheus::Error> {
         let scheduler = Arc::new(Mutex::new(Scheduler::new(settings)));
         let budgets = Arc::new(Mutex::new(BudgetState::default()));
         let catalog = Arc::new(RwLock::new(Arc::new(catalog)));
         let metrics = Metrics::new(scheduler.clone(), budgets.clone(), catalog.clone())?;
+        let sink_config = Mutex::new(sink.clone());
+        let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);
         Ok(Arc::new(Shared {
             scheduler,
+            sink,
+            sink_config,
             store,
             poller,
             metrics,
@@ -210,18 +224,28 @@ impl Shared {
     }
 
     /// Apply an operator action to one task and commit it before returning.
+    /// The action is described for the event sink by `what` and `actor`,
+    /// and shipped once it is committed.
     pub async fn operator_action(
         &self,
         key: &TaskKey,
+        actor: &str,
+        what: DeadLetterAction,
         action: impl FnOnce(&mut Scheduler, Timestamp) -> Result<TaskRecord, OpError>,
     ) -> Result<TaskRecord, EngineError> {
         let _w = self.write_lock.lock().await;
         let now = Timestamp::now();
-        let rec = {
+        let (rec, type_name) = {
             let mut s = self.sched();
-            action(&mut s, now)?
+            let rec = action(&mut s, now)?;
+            let ty = s.get(key).map(|t| t.meta.type_name.clone());
+            (rec, ty)
         };
         self.write_tasks(vec![(key.clone(), Some(rec.clone()))]).await?;
+        self.sink.emit(&Event::dead_letter(
+            now,
+            DeadLetterEvent::new(&key.instance, type_name.as_deref().unwrap_or(""), &key.group, what).with_actor(actor),
+        ));
         self.poke();
         Ok(rec)
     }
@@ -372,6 +396,7 @@ impl Engine {
         let flusher = tokio::spawn(flush_loop(shared.clone(), rx.clone()));
         let history = tokio::spawn(history_loop(shared.clone(), rx.clone()));
         let resolver = tokio::spawn(resolve_loop(shared.clone(), rx));
+        shared.sink.start();
         Ok(Engine {
             shared,
             stop,
@@ -410,6 +435,9 @@ impl Engine {
             Ok(n) => tracing::info!(records = n, "state flushed"),
             Err(e) => tracing::error!(error = %e, "final state flush failed"),
         }
+        // Last: nothing emits events any more. Ships what is queued,
+        // stopping at the first failure.
+        self.shared.sink.shutdown(SINK_FLUSH_GRACE).await;
     }
 }
 
@@ -540,9 +568,22 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     let key = d.key.clone();
     if let Some((from, to)) = d.breaker {
         tracing::info!(task = %key, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
+        shared.sink.emit(&Event::breaker(
+            Timestamp::now(),
+            BreakerEvent {
+                instance: key.instance.to_string(),
+                type_name: d.meta.type_name.to_string(),
+                group: key.group.to_string(),
+                from,
+                to,
+                failures: 0,
+                retry_at: None,
+            },
+        ));
     }
     let started = Instant::now();
     let target = shared.catalog().target(&key);
+    let forward = target.as_ref().is_some_and(|(_, g)| g.forward);
     let result: PollResult = match target {
         Some((instance, group)) => {
             let items: Vec<String> = if group.fan_out.is_some() {
@@ -612,6 +653,9 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
         }
         None => None,
     };
+    if let Some((transition, meta)) = &info {
+        emit_poll_events(&shared, &key, meta, &transition, &result, elapsed, forward, now);
+    }
     if let Some((transition, meta)) = info {
         shared.minute_polls.fetch_add(1, Ordering::Relaxed);
         if result.is_err() {
@@ -632,6 +676,72 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
         shared.learn_shape(&key, shape);
     }
     shared.poke();
+}
+
+/// What one finished poll tells the event sink: the poll, any breaker
+/// transition, any dead-letter move (after it was committed).
+#[allow(clippy::too_many_arguments)]
+fn emit_poll_events(
+    shared: &Shared,
+    key: &TaskKey,
+    meta: &crate::core::task::TaskMeta,
+    t: &Transition,
+    result: &PollResult,
+    elapsed: Duration,
+    forward: bool,
+    now: Timestamp,
+) {
+    if !shared.sink.is_enabled() {
+        return;
+    }
+    let mut poll = PollEvent::from_result(&key.instance, &meta.type_name, &key.group, elapsed, result, t.changed);
+    if forward
+        && let Ok(ok) = result
+        && let Some(body) = &ok.body
+    {
+        poll = poll.with_body(body);
+    }
+    shared.sink.emit(&Event::poll(now, poll));
+    let (failures, retry_at) = shared
+        .sched()
+        .get(key)
+        .map(|x| (x.rec.failures, x.rec.retry_at))
+        .unwrap_or_default();
+    if let Some((from, to)) = t.breaker {
+        shared.sink.emit(&Event::breaker(
+            now,
+            BreakerEvent {
+                instance: key.instance.to_string(),
+                type_name: meta.type_name.to_string(),
+                group: key.group.to_string(),
+                from,
+                to,
+                failures,
+                retry_at,
+            },
+        ));
+    }
+    let error = result.as_ref().err().map(|e| e.message.clone());
+    let move_event = |action| {
+        let mut e = DeadLetterEvent::new(&key.instance, &meta.type_name, &key.group, action);
+        if let Some(err) = &error {
+            e = e.with_error(err.clone());
+        }
+        e
+    };
+    match t.dead_letter {
+        Some(DeadLetterMove::Entered(reason)) => shared.sink.emit(&Event::dead_letter(
+            now,
+            move_event(DeadLetterAction::Entered).with_reason(reason),
+        )),
+        Some(DeadLetterMove::Left) => shared
+            .sink
+            .emit(&Event::dead_letter(now, move_event(DeadLetterAction::Left))),
+        Some(DeadLetterMove::Rechecked) => shared
+            .sink
+            .emit(&Event::dead_letter(now, move_event(DeadLetterAction::Rechecked))),
+        None => {}
+    }
 }
 
 /// A dead-letter move is durable before it is visible anywhere.

@@ -270,6 +270,11 @@ impl Sink {
         }
     }
 
+    /// True when a destination is configured (events are worth building).
+    pub fn is_enabled(&self) -> bool {
+        self.inner.enabled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// A disabled sink with unregistered metrics.
     pub fn disabled() -> Sink {
         Sink::new(None, SinkMetrics::unregistered())

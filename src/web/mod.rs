@@ -103,6 +103,8 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .route("/budgets", get(budgets::list))
         .route("/budgets/{name}", axum::routing::put(budgets::put))
         .route("/settings/monitoring", get(settings::get).put(settings::put))
+        .route("/settings/sink", get(sink::get).put(sink::put))
+        .route("/settings/sink/test", post(sink::test))
         .route("/instances", get(instances::list).post(instances::create))
         .route(
             "/instances/{name}",

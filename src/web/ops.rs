@@ -4,13 +4,24 @@
 
 use super::AppState;
 use super::error::ApiError;
+use crate::config::SinkConfig;
 use crate::engine::settings::SettingsError;
-use crate::model::{BudgetConfig, ErrorCategory, ErrorKind, FieldError, InstanceConfig};
+use crate::model::{BudgetConfig, ErrorCategory, ErrorKind, FieldError, InstanceConfig, Timestamp};
+use crate::sink::event::{Event, SettingsSection};
 use serde::Serialize;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
 pub const SETTINGS_KEY: &str = "monitoring";
+/// The sink settings saved from the UI or API: a `[sink]` document, or null
+/// for "off" (the file's sink no longer applies).
+pub const SINK_KEY: &str = "sink";
+
+fn operator_event(app: &AppState, actor: &str, action: &str, target: &str) {
+    app.shared
+        .sink
+        .emit(&Event::operator(Timestamp::now(), actor, action, target));
+}
 
 fn validate(app: &AppState, i: &InstanceConfig) -> Result<(), ApiError> {
     i.validate_fields().map_err(ApiError::invalid)?;
@@ -70,6 +81,7 @@ pub async fn create_instance(app: &AppState, i: InstanceConfig, actor: &str) -> 
     let name = i.name.clone();
     persist(app, i).await?;
     tracing::info!(instance = %name, actor, "instance added");
+    operator_event(app, actor, "instance.create", &name);
     Ok(())
 }
 
@@ -99,6 +111,7 @@ pub async fn update_instance(
     drop(cat);
     persist(app, i.clone()).await?;
     tracing::info!(instance = %name, actor, "instance updated");
+    operator_event(app, actor, "instance.update", name);
     Ok(i)
 }
 
@@ -116,6 +129,7 @@ pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<
     drop(cat);
     app.shared.set_catalog(next);
     tracing::info!(instance = %name, actor, "instance deleted");
+    operator_event(app, actor, "instance.delete", name);
     Ok(())
 }
 
@@ -234,6 +248,12 @@ pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Res
     crate::engine::lock(&app.shared.settings).saved = saved;
     app.shared.apply_settings(effective);
     tracing::info!(actor, change = %patch, "monitoring settings changed");
+    app.shared.sink.emit(&Event::settings(
+        Timestamp::now(),
+        actor,
+        SettingsSection::Monitoring,
+        patch,
+    ));
     Ok(())
 }
 
@@ -294,5 +314,107 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
     .map_err(ApiError::internal)??;
     app.shared.set_catalog(next);
     tracing::info!(pool = %name, actor, budget_rps = budget.budget_rps(), burst = budget.burst, "budget pool changed");
+    app.shared.sink.emit(&Event::settings(
+        Timestamp::now(),
+        actor,
+        SettingsSection::Budget,
+        serde_json::to_value(&budget).unwrap_or(Value::Null),
+    ));
     Ok(budget)
+}
+
+/// A sink's settings as the API and pages show them: header values hidden.
+pub fn sink_json(c: &SinkConfig) -> Value {
+    let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+    if let Some(h) = v.get_mut("headers").and_then(Value::as_object_mut) {
+        for value in h.values_mut() {
+            *value = Value::String(crate::model::HIDDEN.into());
+        }
+    }
+    v
+}
+
+/// Change the event sink: `null` (or `{"enabled": false}`) turns it off;
+/// otherwise a partial `[sink]` document over the settings in force. A
+/// header sent as `(hidden)` keeps its stored value. Validated as a whole
+/// (422 naming the field), refused for a field an environment variable sets
+/// (409), stored, and applied at once.
+pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Option<SinkConfig>, ApiError> {
+    let _edit = app.shared.settings_edit.lock().await;
+    let locked = crate::engine::lock(&app.shared.settings).env.locked_sink();
+    let current = crate::engine::lock(&app.shared.sink_config).clone();
+    let off = patch.is_null() || patch.get("enabled") == Some(&Value::Bool(false));
+    let next: Option<SinkConfig> = if off {
+        if let Some(var) = locked.get("sink.url") {
+            return Err(ApiError {
+                field: Some("url".into()),
+                ..ApiError::conflict(
+                    "locked",
+                    format!("the sink is turned on by the environment variable {var} and cannot be turned off here"),
+                )
+            });
+        }
+        None
+    } else {
+        let Some(obj) = patch.as_object() else {
+            return Err(ApiError::invalid(FieldError::new(
+                "",
+                &patch,
+                "must be a JSON object or null",
+            )));
+        };
+        let mut doc = match &current {
+            Some(c) => serde_json::to_value(c).map_err(ApiError::internal)?,
+            None => serde_json::json!({}),
+        };
+        for (k, v) in obj {
+            if k == "enabled" {
+                continue;
+            }
+            let field = format!("sink.{k}");
+            if let Some(var) = locked.get(&field)
+                && doc.get(k) != Some(v)
+            {
+                return Err(ApiError {
+                    field: Some(k.clone()),
+                    ..ApiError::conflict(
+                        "locked",
+                        format!("{field} is set by the environment variable {var} and cannot be changed here"),
+                    )
+                });
+            }
+            if k == "headers"
+                && let Some(new) = v.as_object()
+            {
+                let old = current.as_ref().map(|c| c.headers.clone()).unwrap_or_default();
+                let mut merged = serde_json::Map::new();
+                for (name, value) in new {
+                    let keep = value.as_str() == Some(crate::model::HIDDEN);
+                    match (keep, old.get(name)) {
+                        (true, Some(stored)) => merged.insert(name.clone(), Value::String(stored.clone())),
+                        _ => merged.insert(name.clone(), value.clone()),
+                    };
+                }
+                doc["headers"] = Value::Object(merged);
+                continue;
+            }
+            doc[k.as_str()] = v.clone();
+        }
+        let c: SinkConfig = super::error::parse_json(&serde_json::to_vec(&doc).unwrap_or_default())?;
+        c.validate().map_err(ApiError::invalid)?;
+        Some(c)
+    };
+    let store = app.shared.store.clone();
+    let saved = serde_json::to_value(&next).map_err(ApiError::internal)?;
+    tokio::task::spawn_blocking(move || store.put_settings(SINK_KEY, &saved))
+        .await
+        .map_err(ApiError::internal)??;
+    *crate::engine::lock(&app.shared.sink_config) = next.clone();
+    app.shared.sink.reconfigure(next.clone());
+    let shown = next.as_ref().map(sink_json).unwrap_or(Value::Null);
+    tracing::info!(actor, enabled = next.is_some(), "event sink settings changed");
+    app.shared
+        .sink
+        .emit(&Event::settings(Timestamp::now(), actor, SettingsSection::Sink, shown));
+    Ok(next)
 }

@@ -3,6 +3,7 @@
 
 use super::health::dead_letter_json;
 use crate::model::TaskKey;
+use crate::sink::event::DeadLetterAction;
 use crate::web::AppState;
 use crate::web::auth::Principal;
 use crate::web::error::ApiError;
@@ -65,7 +66,9 @@ pub async fn retry(
     let key = TaskKey::new(&instance, &group);
     let rec = app
         .shared
-        .operator_action(&key, |s, now| s.retry_dead_letter(&key, now))
+        .operator_action(&key, &who.actor(), DeadLetterAction::Retried, |s, now| {
+            s.retry_dead_letter(&key, now)
+        })
         .await?;
     tracing::info!(task = %key, actor = %who.actor(), "operator retried dead-letter task");
     Ok((StatusCode::ACCEPTED, Json(task_json(&key, &rec))))
@@ -79,7 +82,9 @@ pub async fn discard(
     let key = TaskKey::new(&instance, &group);
     let rec = app
         .shared
-        .operator_action(&key, |s, _| s.discard_dead_letter(&key))
+        .operator_action(&key, &who.actor(), DeadLetterAction::Discarded, |s, _| {
+            s.discard_dead_letter(&key)
+        })
         .await?;
     tracing::info!(task = %key, actor = %who.actor(), "operator discarded dead-letter task; task disabled");
     Ok(Json(task_json(&key, &rec)))
@@ -91,7 +96,12 @@ pub async fn enable(
     Path((instance, group)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let key = TaskKey::new(&instance, &group);
-    let rec = app.shared.operator_action(&key, |s, now| s.enable(&key, now)).await?;
+    let rec = app
+        .shared
+        .operator_action(&key, &who.actor(), DeadLetterAction::Enabled, |s, now| {
+            s.enable(&key, now)
+        })
+        .await?;
     tracing::info!(task = %key, actor = %who.actor(), "operator enabled task");
     Ok(Json(task_json(&key, &rec)))
 }

@@ -8,3 +8,4 @@ pub mod health;
 pub mod instances;
 pub mod openapi;
 pub mod settings;
+pub mod sink;

@@ -336,12 +336,13 @@ async fn dead_letter_action(
     session: &Session,
     key: TaskKey,
     done: &str,
+    what: crate::sink::event::DeadLetterAction,
     action: impl FnOnce(
         &mut crate::core::Scheduler,
         Timestamp,
     ) -> Result<crate::model::TaskRecord, crate::core::scheduler::OpError>,
 ) -> Redirect {
-    let msg = match app.shared.operator_action(&key, action).await {
+    let msg = match app.shared.operator_action(&key, &who.actor(), what, action).await {
         Ok(_) => {
             tracing::info!(task = %key, actor = %who.actor(), "dead-letter task: {done}");
             format!("{key}: {done}.")
@@ -360,9 +361,15 @@ pub async fn retry(
 ) -> Redirect {
     let key = TaskKey::new(&instance, &group);
     let k = key.clone();
-    dead_letter_action(&app, &who, &session, key, "probing now", move |s, now| {
-        s.retry_dead_letter(&k, now)
-    })
+    dead_letter_action(
+        &app,
+        &who,
+        &session,
+        key,
+        "probing now",
+        crate::sink::event::DeadLetterAction::Retried,
+        move |s, now| s.retry_dead_letter(&k, now),
+    )
     .await
 }
 
@@ -380,6 +387,7 @@ pub async fn discard(
         &session,
         key,
         "discarded; the task is disabled until enabled again",
+        crate::sink::event::DeadLetterAction::Discarded,
         move |s, _| s.discard_dead_letter(&k),
     )
     .await

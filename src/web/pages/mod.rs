@@ -6,6 +6,7 @@ pub mod account;
 pub mod dashboard;
 pub mod instances;
 pub mod settings;
+pub mod sink;
 pub mod status;
 
 use super::AppState;
@@ -74,6 +75,9 @@ page_routes! {
     get "/settings/system/monitoring" => settings::monitoring_page,
     post "/settings/system/monitoring" => settings::monitoring_save,
     post "/settings/system/budgets/{name}" => settings::budget_save,
+    get "/settings/system/sink" => sink::page,
+    post "/settings/system/sink" => sink::save,
+    post "/settings/system/sink/test" => sink::test,
     get "/settings/security" => account::security_page,
     post "/settings/security/password" => account::change_password,
     post "/settings/security/tokens" => account::create_token,

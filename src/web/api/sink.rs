@@ -1,0 +1,42 @@
+//! `GET`/`PUT /api/settings/sink` and `POST /api/settings/sink/test`: the
+//! event sink's settings (header values write-only), the fields an
+//! environment variable sets, and its live state; a change applies at once.
+
+use crate::web::auth::Principal;
+use crate::web::error::{ApiError, JsonBody};
+use crate::web::{AppState, ops};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use serde_json::{Value, json};
+
+pub fn sink_document(app: &AppState) -> Value {
+    let config = crate::engine::lock(&app.shared.sink_config).clone();
+    let locked = crate::engine::lock(&app.shared.settings).env.locked_sink();
+    json!({
+        "sink": config.as_ref().map(ops::sink_json),
+        "locked": locked,
+        "status": app.shared.sink.status(),
+    })
+}
+
+pub async fn get(State(app): State<AppState>) -> Json<Value> {
+    Json(sink_document(&app))
+}
+
+pub async fn put(
+    State(app): State<AppState>,
+    Extension(who): Extension<Principal>,
+    JsonBody(patch): JsonBody<Value>,
+) -> Result<Json<Value>, ApiError> {
+    ops::save_sink(&app, patch, &who.actor()).await?;
+    Ok(Json(sink_document(&app)))
+}
+
+/// Ship one `test` event now, outside the queue, and say how it went.
+pub async fn test(State(app): State<AppState>, Extension(who): Extension<Principal>) -> Result<Json<Value>, ApiError> {
+    match app.shared.sink.send_test(&who.actor()).await {
+        Ok(()) => Ok(Json(json!({"ok": true}))),
+        Err(message) => Err(ApiError::new(StatusCode::BAD_GATEWAY, "sink_failed", message)),
+    }
+}
