@@ -654,7 +654,7 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
         None => None,
     };
     if let Some((transition, meta)) = &info {
-        emit_poll_events(&shared, &key, meta, &transition, &result, elapsed, forward, now);
+        emit_poll_events(&shared, &key, meta, transition, &result, elapsed, forward, now);
     }
     if let Some((transition, meta)) = info {
         shared.minute_polls.fetch_add(1, Ordering::Relaxed);
