@@ -409,3 +409,53 @@ async fn instance_pages_validate_inline_and_keep_provisioned_read_only() {
     assert!(!body.contains(">from-file</a>"), "filtered out");
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_page_hides_secrets_validates_and_turns_the_sink_on_and_off() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let mut v = Visitor::new(&app);
+    v.setup().await;
+    let (s, _, page) = v.get("/settings/system/sink").await;
+    assert_eq!(s, 200);
+    assert!(
+        page.contains("Event sink") && page.contains("badge disabled"),
+        "off by default"
+    );
+    let csrf = v.csrf("/settings/system/sink").await;
+    let form = |url: &str, headers: &str, batch: &str| {
+        vec![
+            ("_csrf".to_string(), csrf.clone()),
+            ("url".to_string(), url.to_string()),
+            ("batch_size".to_string(), batch.to_string()),
+            ("buffering".to_string(), "2s".to_string()),
+            ("retry_limit".to_string(), "10m".to_string()),
+            ("queue_limit".to_string(), "1000".to_string()),
+            ("headers".to_string(), headers.to_string()),
+        ]
+    };
+    // Invalid: shown inline, nothing saved.
+    let bad = form("ftp://nowhere", "", "100");
+    let bad: Vec<(&str, &str)> = bad.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (s, _, page) = v.post("/settings/system/sink", &bad, &[]).await;
+    assert_eq!(s, 422);
+    assert!(page.contains("Nothing was saved") && page.contains("url"), "{page}");
+    // Valid: saved, the header value is never shown again.
+    let good = form("http://127.0.0.1:9/ingest", "X-Api-Key: topsecret-value", "100");
+    let good: Vec<(&str, &str)> = good.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (s, loc, _) = v.post("/settings/system/sink", &good, &[]).await;
+    assert_eq!((s, loc.as_str()), (303, "/settings/system/sink"));
+    let (_, _, page) = v.get("/settings/system/sink").await;
+    assert!(page.contains("X-Api-Key: (hidden)"), "{page}");
+    assert!(!page.contains("topsecret-value"));
+    let api = app.get_json("/api/settings/sink").await;
+    assert_eq!(api["sink"]["url"], "http://127.0.0.1:9/ingest");
+    // Turned off.
+    let off = [("_csrf", csrf.as_str()), ("turn_off", "1")];
+    let (s, _, _) = v.post("/settings/system/sink", &off, &[]).await;
+    assert_eq!(s, 303);
+    assert_eq!(
+        app.get_json("/api/settings/sink").await["sink"],
+        serde_json::Value::Null
+    );
+    app.stop().await;
+}
