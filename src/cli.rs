@@ -76,6 +76,10 @@ pub struct DemoArgs {
     /// Metrics listener.
     #[arg(long, default_value = "127.0.0.1:9091")]
     pub metrics_listen: std::net::SocketAddr,
+    /// Ship events (NDJSON batches, every second) to this URL, to watch them
+    /// flow into a receiver.
+    #[arg(long, value_name = "URL")]
+    pub sink: Option<String>,
 }
 
 #[derive(Debug, Args)]

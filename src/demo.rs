@@ -108,6 +108,15 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
     config.server.data_dir = args.data_dir.clone();
     config.monitoring_file.failure.backoff_initial = Duration::from_secs(2);
     config.monitoring_file.failure.dead_letter_recheck = Duration::from_secs(120);
+    if let Some(url) = &args.sink {
+        let mut sink = crate::config::SinkConfig::new(url.clone());
+        sink.buffering = Duration::from_secs(1);
+        sink.validate().map_err(|e| Failure {
+            code: crate::cli::EXIT_CONFIG,
+            message: format!("--sink {url}: {}", e.message),
+        })?;
+        config.sink = Some(sink);
+    }
     config.types.push(demo_type());
     config.types.push(demo_saas_type());
     config.budgets.push(demo_budget());
@@ -140,6 +149,10 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
     println!("  Web UI       http://{api}/   (first visit: choose the admin password)");
     println!("  Plan         http://{api}/status   (the {DEMO_POOL} pool's stretched plan)");
     println!("  Metrics      http://{metrics}/metrics");
+    match &args.sink {
+        Some(url) => println!("  Events       shipped to {url} (Settings → Event sink shows the state)"),
+        None => println!("  Events       off; run with --sink URL to ship them to a receiver"),
+    }
     println!("  API token    {token}");
     println!("  Data         {}", args.data_dir.display());
     println!();

@@ -62,6 +62,18 @@ pub fn document() -> Value {
             "/api/monitoring/scheduler/groups": {"get": {
                 "summary": "Planned interval of every endpoint group, by pool", "operationId": "listGroups",
                 "responses": {"200": ok("plan", r("Plan")), "401": unauthorized}}},
+            "/api/settings/sink": {
+                "get": {"summary": "Event sink settings (header values hidden), locked fields and live state", "operationId": "getSink",
+                    "responses": {"200": ok("sink", r("SinkDocument")), "401": unauthorized}},
+                "put": {"summary": "Change the event sink (partial [sink] document; null turns it off; a header sent as (hidden) keeps its value)", "operationId": "putSink",
+                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "nullable": true}}}},
+                    "responses": {"200": ok("sink in force", r("SinkDocument")), "400": err("not JSON"), "401": unauthorized,
+                        "409": err("a field is locked by an environment variable"), "422": err("invalid value, naming the field")}}
+            },
+            "/api/settings/sink/test": {"post": {
+                "summary": "Send one test event now, outside the queue", "operationId": "testSink",
+                "responses": {"200": ok("delivered", json!({"type": "object", "properties": {"ok": {"type": "boolean"}}})), "401": unauthorized,
+                    "502": err("not delivered (sink off, destination failed or unreachable)")}}},
             "/api/budgets": {"get": {
                 "summary": "Budget pools with their configured and effective budgets", "operationId": "listBudgets",
                 "responses": {"200": ok("pools", json!({"type": "object", "required": ["budgets"], "properties": {"budgets": {"type": "array", "items": r("Budget")}}})), "401": unauthorized}}},
@@ -227,6 +239,16 @@ fn schemas() -> Value {
             "paused_until": {"type": "string", "format": "date-time"},
             "groups": {"type": "array", "items": group_view}}});
     json!({
+        "SinkDocument": {"type": "object", "required": ["sink", "locked", "status"], "properties": {
+            "sink": {"type": "object", "nullable": true, "properties": {
+                "url": {"type": "string"}, "headers": {"type": "object", "additionalProperties": {"type": "string", "enum": ["(hidden)"]}},
+                "batch_size": {"type": "integer"}, "buffering": duration.clone(), "retry_limit": duration.clone(),
+                "queue_limit": {"type": "integer"}, "gzip": {"type": "boolean"}}},
+            "locked": {"type": "object", "additionalProperties": {"type": "string"}},
+            "status": {"type": "object", "properties": {
+                "enabled": {"type": "boolean"}, "queue_depth": {"type": "integer"}, "consecutive_failures": {"type": "integer"},
+                "retry_wait_ms": {"type": "integer"}, "next_attempt_at": {"type": "string", "nullable": true},
+                "last_error": {"type": "string", "nullable": true}, "counters": {"type": "object"}, "batches": {"type": "object"}}}}},
         "Budget": {"type": "object", "required": ["name", "requests_per_second", "shared_fraction", "burst", "budget_rps", "effective_budget_rps"],
             "properties": {"name": {"type": "string"}, "requests_per_second": num, "shared_fraction": num,
                 "burst": {"type": "integer"}, "budget_rps": num, "effective_budget_rps": num, "instances": {"type": "integer"}}},
