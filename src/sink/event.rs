@@ -69,7 +69,7 @@
 //! | field    | type   | meaning                                                                  |
 //! |----------|--------|--------------------------------------------------------------------------|
 //! | `actor`  | string | who did it                                                               |
-//! | `action` | string | dotted verb, e.g. `instance.create`, `instance.update`, `instance.delete` |
+//! | `action` | string | dotted verb: `instance.create`, `instance.update`, `instance.delete`, `token.create`, `token.revoke`, `password.change` |
 //! | `target` | string | what it was done to, e.g. the instance name                              |
 //!
 //! ## `test` — sent by the "send test event" button

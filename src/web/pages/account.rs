@@ -277,6 +277,13 @@ pub async fn change_password(
     match result {
         Ok(()) => {
             tracing::info!(user = %user, "password changed");
+            let actor = format!("user:{user}");
+            app.shared.sink.emit(&crate::sink::event::Event::operator(
+                Timestamp::now(),
+                &actor,
+                "password.change",
+                &user,
+            ));
             session::set_flash(&session, "Password changed.").await;
             Redirect::to("/settings/security").into_response()
         }
@@ -317,6 +324,12 @@ pub async fn create_token(
     match tokio::task::spawn_blocking(move || store.create_token(&n, Timestamp::now())).await {
         Ok(Ok((plain, info))) => {
             tracing::info!(token = %info.id, name = %name, actor = %who.actor(), "API token created");
+            app.shared.sink.emit(&crate::sink::event::Event::operator(
+                Timestamp::now(),
+                &who.actor(),
+                "token.create",
+                &format!("{name}({})", info.id),
+            ));
             security(&app, &session, None, Some(plain), None).await.into_response()
         }
         Ok(Err(e)) => crate::web::error::ApiError::internal(e).into_response(),
@@ -339,6 +352,12 @@ pub async fn revoke_token(
         .unwrap_or(false);
     if revoked {
         tracing::info!(token = %id, actor = %who.actor(), "API token revoked");
+        app.shared.sink.emit(&crate::sink::event::Event::operator(
+            Timestamp::now(),
+            &who.actor(),
+            "token.revoke",
+            &id,
+        ));
         session::set_flash(&session, format!("Token {id} revoked.")).await;
     } else {
         session::set_flash(&session, format!("No token {id}.")).await;
