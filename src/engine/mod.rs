@@ -262,6 +262,8 @@ impl Shared {
         let mut s = self.sched();
         for pool in &cat.budgets {
             s.set_pool(&pool.name, b.effective_rps(&pool.name), pool.burst, now);
+            // Present at 0 from the start, so `increase()` sees the first 429.
+            self.metrics.rate_limited.with_label_values(&[&pool.name]);
         }
         s.retain_pools(&|p: &str| cat.budgets.iter().any(|x| x.name == p));
         drop(b);
