@@ -300,12 +300,7 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
         h["deadLetter"]["count"] == 1 && staleness(h, "m-ok").is_some_and(|s| s["lastSuccess"].is_string())
     })
     .await;
-    let body = reqwest::get(format!("http://{}/metrics", app.metrics_addr))
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let body = app.metrics().await;
     // (name, labels, value) — label order is the encoder's, so match by set.
     let expect: &[Expected] = &[
         (

@@ -223,20 +223,29 @@ fn small_pool() -> BudgetConfig {
     }
 }
 
-#[tokio::test]
-async fn adding_an_instance_that_would_overrun_a_pool_is_refused_with_409() {
-    let app = TestApp::spawn_with(
+/// The appliance with one healthy fleet member `a`, the `heavy` type and
+/// the `small` pool, then `tweak`.
+async fn spawn_with_small_pool(tweak: impl FnOnce(&mut pollster::config::Config)) -> TestApp {
+    TestApp::spawn_with(
         vec![("a", pollster::fleet::Behaviour::Healthy)],
         &BTreeMap::new(),
         |c| {
             c.types.push(heavy_type());
             c.budgets.push(small_pool());
-            // One light instance in the pool: `http` probes at 1/5 rps, fits 0.7.
-            let mut light = common::instance("light", "http", c.instances[0].url.clone());
-            light.budget = Some("small".into());
-            c.instances.push(light);
+            tweak(c);
         },
     )
+    .await
+}
+
+#[tokio::test]
+async fn adding_an_instance_that_would_overrun_a_pool_is_refused_with_409() {
+    let app = spawn_with_small_pool(|c| {
+        // One light instance in the pool: `http` probes at 1/5 rps, fits 0.7.
+        let mut light = common::instance("light", "http", c.instances[0].url.clone());
+        light.budget = Some("small".into());
+        c.instances.push(light);
+    })
     .await;
     let url = app.fleet.url("a");
     // light 0.2 + probe 0.2 + report 50 requests per 240 s at its cap
@@ -331,20 +340,14 @@ async fn adding_an_instance_that_would_overrun_a_pool_is_refused_with_409() {
 
 #[tokio::test]
 async fn a_profile_sheds_priority_3_and_4_groups_and_status_shows_the_plan() {
-    let app = TestApp::spawn_with(
-        vec![("a", pollster::fleet::Behaviour::Healthy)],
-        &BTreeMap::new(),
-        |c| {
-            c.types.push(heavy_type());
-            c.budgets.push(small_pool());
-            c.monitoring_file.scheduler.profile = Some(Profile::Full);
-            for name in ["h1", "h2", "h3"] {
-                let mut i = common::instance(name, "heavy", c.instances[0].url.clone());
-                i.budget = Some("small".into());
-                c.instances.push(i);
-            }
-        },
-    )
+    let app = spawn_with_small_pool(|c| {
+        c.monitoring_file.scheduler.profile = Some(Profile::Full);
+        for name in ["h1", "h2", "h3"] {
+            let mut i = common::instance(name, "heavy", c.instances[0].url.clone());
+            i.budget = Some("small".into());
+            c.instances.push(i);
+        }
+    })
     .await;
     let doc = app.get_json("/status?format=json").await;
     let pool = doc["pools"]
@@ -382,12 +385,7 @@ async fn a_profile_sheds_priority_3_and_4_groups_and_status_shows_the_plan() {
     assert!(dash.contains("Budget pools"), "{dash}");
     assert!(dash.contains("href=\"/status#pool-small\""));
     // Metrics carry the plan.
-    let metrics = reqwest::get(format!("http://{}/metrics", app.metrics_addr))
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let metrics = app.metrics().await;
     for needle in [
         "pollster_scheduler_interval_seconds{group=\"heavy/report\",pool=\"small\"} 240",
         "pollster_scheduler_stretch_factor{group=\"heavy/report\",pool=\"small\"} 4",
@@ -583,12 +581,7 @@ async fn a_429_on_the_live_appliance_lowers_the_pool_budget_and_pauses_it_withou
     let h = app.health().await;
     assert!(h["breakers"].as_array().is_some_and(|b| b.is_empty()), "{h:#}");
     assert_eq!(h["deadLetter"]["count"], 0);
-    let metrics = reqwest::get(format!("http://{}/metrics", app.metrics_addr))
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("pollster_scheduler_rate_limited_total{pool=\"api\"} 1"),
         "{metrics}"

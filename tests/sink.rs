@@ -185,12 +185,7 @@ async fn the_engine_and_the_operator_ship_their_events() {
     let unique: std::collections::BTreeSet<&String> = lines.iter().collect();
     assert_eq!(unique.len(), lines.len(), "no duplicates");
 
-    let metrics = reqwest::get(format!("http://{}/metrics", app.metrics_addr))
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let metrics = app.metrics().await;
     let sent: f64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("pollster_sink_events_total{outcome=\"sent\"} "))

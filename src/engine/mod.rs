@@ -704,12 +704,13 @@ fn emit_poll_events(
         poll = poll.with_body(body);
     }
     shared.sink.emit(&Event::poll(now, poll));
-    let (failures, retry_at) = shared
-        .sched()
-        .get(key)
-        .map(|x| (x.rec.failures, x.rec.retry_at))
-        .unwrap_or_default();
     if let Some((from, to)) = t.breaker {
+        // Only on a transition: the common poll takes no second lock.
+        let (failures, retry_at) = shared
+            .sched()
+            .get(key)
+            .map(|x| (x.rec.failures, x.rec.retry_at))
+            .unwrap_or_default();
         shared.sink.emit(&Event::breaker(
             now,
             BreakerEvent {

@@ -148,6 +148,16 @@ impl TestApp {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// One scrape of the metrics listener.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("http://{}/metrics", self.metrics_addr))
+            .await
+            .expect("scrape")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     pub async fn health(&self) -> Value {
         self.get_json("/api/monitoring/scheduler/health").await
     }
