@@ -335,19 +335,7 @@ fn quantile(a: &Snapshot, b: &Snapshot, q: f64) -> f64 {
 
 /// Sum of `pollster_monitor_poll_total`: (success, error).
 fn poll_totals(shared: &Shared) -> (u64, u64) {
-    let (mut ok, mut err) = (0.0, 0.0);
-    for m in shared.metrics.poll_total.collect().iter().flat_map(|f| f.get_metric()) {
-        let v = m.get_counter().get_value();
-        if m.get_label()
-            .iter()
-            .any(|l| l.name() == "result" && l.value() == "error")
-        {
-            err += v;
-        } else {
-            ok += v;
-        }
-    }
-    (ok as u64, err as u64)
+    shared.metrics.poll.totals()
 }
 
 /// The result table: one row for the window between `a` and `b`. `burst`

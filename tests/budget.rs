@@ -129,8 +129,8 @@ async fn simulate(minutes: u64, configured_rps: f64, api_limit: u32) -> (Vec<u32
         }
         while let Some(d) = sched.pop_due(now) {
             clock.store(now.0 - start.0, Ordering::SeqCst);
-            let (inst, group) = cat.target(&d.key).expect("target");
-            let result: PollResult = poller.poll(&inst, &group, &[]).await;
+            let target = cat.target(&d.key).expect("target");
+            let result: PollResult = poller.poll(&target.instance, target.group(), &[]).await;
             if let Err(e) = &result
                 && e.is_rate_limited()
             {

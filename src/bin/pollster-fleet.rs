@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use pollster::fleet::{Behaviour, Fleet, MixDefaults, mix, parse_mix};
+use pollster::fleet::{Behaviour, BodyFormat, Fleet, MixDefaults, mix, parse_mix};
 
 const DEFAULT_MIX: &str = "healthy=80,changing=10,slow=5,server_error=5";
 
@@ -51,9 +51,22 @@ struct Args {
     #[arg(long)]
     print_config: bool,
 
+    /// Format of the healthy answers: `json`, or `prometheus` (the text
+    /// exposition format, so Prometheus can scrape the instances).
+    #[arg(long, default_value = "json", value_parser = parse_format)]
+    body: BodyFormat,
+
     /// Worker threads of the tokio runtime.
     #[arg(long, default_value = "1")]
     threads: NonZeroUsize,
+}
+
+fn parse_format(s: &str) -> Result<BodyFormat, String> {
+    match s {
+        "json" => Ok(BodyFormat::Json),
+        "prometheus" => Ok(BodyFormat::Prometheus),
+        other => Err(format!("{other:?} is not one of json, prometheus")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -92,7 +105,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: &Args, weights: &[(Behaviour, u32)]) -> std::io::Result<()> {
-    let fleet = Fleet::start(args.bind, mix(args.count, weights))
+    let fleet = Fleet::start_with(args.bind, mix(args.count, weights), args.body)
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve on {}: {e}", args.bind)))?;
     eprintln!("listening on http://{}", fleet.addr());

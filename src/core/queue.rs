@@ -7,8 +7,8 @@
 //! dispatch and puts it back on completion).
 
 use crate::model::{TaskKey, Timestamp};
+use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Ordering;
-use std::collections::HashMap;
 
 /// What orders a queued task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl TaskQueue {
     pub fn with_capacity(n: usize) -> Self {
         TaskQueue {
             heap: Vec::with_capacity(n),
-            slots: HashMap::with_capacity(n),
+            slots: HashMap::with_capacity_and_hasher(n, Default::default()),
         }
     }
 

@@ -19,7 +19,8 @@ use super::task::{self, TaskMeta, Transition};
 use super::{interval, phase, staleness};
 use crate::model::{BreakerState, FAILED_ITEMS_KEPT, MonitoringSettings, PollResult, TaskKey, TaskRecord, Timestamp};
 use rand::Rng;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,10 @@ pub struct Task {
     /// tasks that fell due together spread out over the pool's rate
     /// instead of meeting the bucket in lockstep every cycle.
     pub deferred_from: Option<Timestamp>,
+    /// Placed by a cold start (due at once, like every other task): its
+    /// first success moves the next run by the task's phase offset, so a
+    /// fleet that started together leaves lockstep after one round.
+    pub spread_next: bool,
 }
 
 impl Task {
@@ -116,6 +121,11 @@ impl Scheduler {
         self.tasks.is_empty()
     }
 
+    #[cfg(test)]
+    fn get_mut_for_test(&mut self, key: &TaskKey) -> &mut Task {
+        self.tasks.get_mut(key).expect("a placed task")
+    }
+
     pub fn get(&self, key: &TaskKey) -> Option<&Task> {
         self.tasks.get(key)
     }
@@ -173,6 +183,7 @@ impl Scheduler {
             self.update_meta(&key, meta, now);
             return;
         }
+        let stored_none_cold = stored.is_none() && cold_start;
         let rec = match stored {
             Some(mut rec) => {
                 if rec.next_run < now {
@@ -206,6 +217,7 @@ impl Scheduler {
                 removed: false,
                 reserved: false,
                 deferred_from: None,
+                spread_next: stored_none_cold,
             },
         );
         self.enqueue(&key, now);
@@ -316,6 +328,8 @@ impl Scheduler {
                     t.deferred_from.get_or_insert(t.rec.next_run);
                     t.rec.next_run = slot;
                     t.reserved = true;
+                    // The bucket has spread it already.
+                    t.spread_next = false;
                     let score = staleness::score(t.rec.last_success, now, max_interval);
                     self.queue.upsert(QueueEntry {
                         next_run: slot,
@@ -357,7 +371,12 @@ impl Scheduler {
         let transition = match result {
             Ok(ok) => {
                 rec.failed_items = ok.failed_items.iter().take(FAILED_ITEMS_KEPT).cloned().collect();
-                task::on_success(&mut rec, &t.meta, ok.digest, due, now, &self.settings.adaptive, rng)
+                let tr = task::on_success(&mut rec, &t.meta, ok.digest, due, now, &self.settings.adaptive, rng);
+                if t.spread_next {
+                    let iv = task::current_interval(&rec, &t.meta, &self.settings.adaptive);
+                    rec.next_run = rec.next_run.plus(phase::offset(key, iv));
+                }
+                tr
             }
             Err(err) => {
                 rec.failed_items.clear();
@@ -382,6 +401,7 @@ impl Scheduler {
             self.in_flight -= 1;
         }
         t.rec = planned.record;
+        t.spread_next = false;
         if t.removed {
             self.tasks.remove(&key);
             self.dirty.remove(&key);
@@ -727,6 +747,7 @@ mod tests {
         let t0 = Timestamp(100 * SEC);
         s.place(k("a"), meta(10), None, t0, true);
         let d = s.pop_due(t0).expect("dispatch");
+        s.get_mut_for_test(&k("a")).spread_next = false;
         s.complete(&d.key, &ok(1), t0, &mut SmallRng::seed_from_u64(1));
         assert_eq!(
             s.get(&k("a")).map(|t| t.rec.next_run),
@@ -752,6 +773,48 @@ mod tests {
     }
 
     #[test]
+    fn a_cold_started_fleet_leaves_lockstep_after_its_first_round() {
+        let mut s = Scheduler::new(fixed());
+        let mut rng = SmallRng::seed_from_u64(7);
+        let now = Timestamp(100 * SEC);
+        let iv = Duration::from_secs(10);
+        let n = 1000;
+        for i in 0..n {
+            s.place(k(&format!("inst-{i}")), meta(10), None, now, true);
+        }
+        // Round one: everything due at once.
+        let mut keys = Vec::new();
+        while let Some(d) = s.pop_due(now) {
+            assert_eq!(d.due, now);
+            keys.push(d.key);
+        }
+        assert_eq!(keys.len(), n);
+        for key in &keys {
+            s.complete(key, &ok(1), now.plus(Duration::from_millis(20)), &mut rng);
+        }
+        // Round two: each at its phase offset after one interval, spread over
+        // the offset window in tenths of roughly equal size.
+        let mut tenths = [0u32; 10];
+        for key in &keys {
+            let next = s.get(key).map(|t| t.rec.next_run).unwrap_or_default();
+            assert_eq!(next, now.plus(iv).plus(phase::offset(key, iv)), "{key:?}");
+            let into = next.0 - now.plus(iv).0;
+            tenths[(into * 10 / phase::window(iv).as_millis() as u64) as usize] += 1;
+        }
+        assert!(tenths.iter().all(|c| (60..140).contains(c)), "{tenths:?}");
+        // Round three keeps the cadence: the offset is applied once.
+        let key = keys[0].clone();
+        let second = s.get(&key).map(|t| t.rec.next_run).unwrap_or_default();
+        let mut d = s.pop_due(second).expect("due");
+        while d.key != key {
+            s.complete(&d.key, &ok(1), second, &mut rng);
+            d = s.pop_due(second).expect("due");
+        }
+        s.complete(&key, &ok(1), second, &mut rng);
+        assert_eq!(s.get(&key).map(|t| t.rec.next_run), Some(second.plus(iv)));
+    }
+
+    #[test]
     fn a_task_is_never_in_flight_twice() {
         let mut s = Scheduler::new(MonitoringSettings::default());
         let now = Timestamp(SEC);
@@ -774,8 +837,8 @@ mod tests {
         let mut s = Scheduler::new(settings);
         let mut rng = SmallRng::seed_from_u64(1);
         let start = Timestamp(10 * SEC);
-        s.place(k("a"), meta(5), None, start, true);
-        let mut expected = start;
+        s.place(k("a"), meta(5), None, start, false);
+        let mut expected = start.plus(phase::offset(&k("a"), Duration::from_secs(5)));
         for i in 0..100u64 {
             let d = s.pop_due(expected).expect("due");
             assert_eq!(d.due, expected);
@@ -804,7 +867,7 @@ mod tests {
                 let mut s = Scheduler::new(settings);
                 let mut rng = SmallRng::seed_from_u64(seed);
                 let start = Timestamp(1_000_000);
-                s.place(k("a"), meta(5), None, start, true);
+                s.place(k("a"), meta(5), None, start, false);
                 let mut dues = Vec::new();
                 for (i, l) in lat.iter().enumerate() {
                     let due = s.next_wakeup().unwrap_or_default();

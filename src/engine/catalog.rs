@@ -11,8 +11,27 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct InstanceEntry {
     pub config: Arc<InstanceConfig>,
+    /// `config.url`, parsed once (`None` when it does not parse: the poll
+    /// then reports why).
+    pub base_url: Option<Arc<reqwest::Url>>,
     /// Defined in the config file: read-only in the UI and API.
     pub provisioned: bool,
+}
+
+/// What one task polls: its instance (with the URL parsed) and its group,
+/// shared with the catalog rather than copied.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub instance: Arc<InstanceConfig>,
+    pub base_url: Option<Arc<reqwest::Url>>,
+    ty: Arc<TypeDef>,
+    index: usize,
+}
+
+impl Target {
+    pub fn group(&self) -> &GroupDef {
+        &self.ty.groups[self.index]
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -46,6 +65,7 @@ impl Catalog {
         self.instances.insert(
             config.name.clone(),
             InstanceEntry {
+                base_url: crate::poll::parse_base(&config.url).ok().map(Arc::new),
                 config: Arc::new(config),
                 provisioned,
             },
@@ -98,11 +118,16 @@ impl Catalog {
     }
 
     /// The instance and group a task polls.
-    pub fn target(&self, key: &TaskKey) -> Option<(Arc<InstanceConfig>, GroupDef)> {
+    pub fn target(&self, key: &TaskKey) -> Option<Target> {
         let e = self.instances.get(&*key.instance)?;
         let ty = self.types.get(&e.config.type_name)?;
-        let g = ty.groups.iter().find(|g| *g.name == *key.group)?;
-        Some((e.config.clone(), g.clone()))
+        let index = ty.groups.iter().position(|g| *g.name == *key.group)?;
+        Some(Target {
+            instance: e.config.clone(),
+            base_url: e.base_url.clone(),
+            ty: ty.clone(),
+            index,
+        })
     }
 
     /// Check an instance against the types and budgets this catalog knows.

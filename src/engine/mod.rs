@@ -75,6 +75,11 @@ pub struct Shared {
     /// `budgets` before `scheduler`, never the other way round.
     pub budgets: Arc<Mutex<BudgetState>>,
     wake: Notify,
+    /// When the dispatcher will wake by itself (ms since the epoch, written
+    /// under the scheduler lock): 0 while it waits for a worker to free up,
+    /// `u64::MAX` when nothing is queued. A finished poll wakes it only if it
+    /// must: a worker freed at the cap, or a task due before that time.
+    dispatcher_wake: AtomicU64,
     /// Re-solve the plans now (an AIMD move past the hysteresis).
     resolve: Notify,
     /// Poll tasks spawned and not yet finished (they hold a reference to
@@ -122,6 +127,7 @@ impl Shared {
             settings_edit: tokio::sync::Mutex::new(()),
             budgets,
             wake: Notify::new(),
+            dispatcher_wake: AtomicU64::new(0),
             resolve: Notify::new(),
             running: Arc::new(AtomicUsize::new(0)),
             ready: AtomicBool::new(false),
@@ -146,6 +152,16 @@ impl Shared {
     /// Wake the dispatcher: something about the schedule changed.
     pub fn poke(&self) {
         self.wake.notify_one();
+    }
+
+    /// After a completion was applied (under the scheduler lock `s`): does
+    /// the dispatcher need waking? Yes if it waits for a free worker, or if
+    /// the task is now due before the dispatcher's own wake-up time.
+    fn must_wake_dispatcher(&self, s: &Scheduler, key: &TaskKey) -> bool {
+        let wake = self.dispatcher_wake.load(Ordering::Relaxed);
+        wake == 0
+            || s.get(key)
+                .is_some_and(|t| !t.is_parked() && t.in_flight.is_none() && t.rec.next_run.0 < wake)
     }
 
     pub fn is_ready(&self) -> bool {
@@ -271,7 +287,7 @@ impl Shared {
         let gone: Vec<TaskKey> = s.tasks().map(|t| t.key.clone()).filter(|k| !keep.contains(k)).collect();
         for k in gone {
             if let Some(t) = s.get(&k) {
-                self.metrics.forget_task(&t.meta.type_name, &k.instance, &k.group);
+                self.metrics.forget_task(&t.key);
             }
             s.remove(&k);
         }
@@ -446,40 +462,51 @@ impl Engine {
 async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
         let now = Timestamp::now();
+        let mut batch = Vec::new();
         let wake_at = {
             let mut s = shared.sched();
             let workers = s.settings().scheduler.workers;
-            let mut dispatched = false;
             while s.in_flight() < workers {
                 let Some(d) = s.pop_due(now) else { break };
-                dispatched = true;
-                shared.metrics.dispatch_lateness.observe(now.since(d.due).as_secs_f64());
-                if let Some(pool) = d.meta.pool.as_deref() {
-                    let waited = d.due.since(d.first_due);
-                    shared
-                        .metrics
-                        .budget_wait
-                        .with_label_values(&[pool])
-                        .observe(waited.as_secs_f64());
-                }
-                shared.running.fetch_add(1, Ordering::AcqRel);
-                let running = shared.running.clone();
-                let task = shared.clone();
-                tokio::spawn(async move {
-                    run_poll(task, d).await;
-                    // After run_poll has dropped its reference to the state.
-                    running.fetch_sub(1, Ordering::AcqRel);
-                });
+                batch.push(d);
             }
-            if dispatched {
-                shared.last_dispatch_ms.store(now.0, Ordering::Relaxed);
-            }
-            if s.in_flight() >= workers {
+            let wake_at = if s.in_flight() >= workers {
                 None
             } else {
                 s.next_wakeup()
-            }
+            };
+            let wake_ms = match wake_at {
+                _ if s.in_flight() >= workers => 0,
+                Some(t) => t.0,
+                None => u64::MAX,
+            };
+            shared.dispatcher_wake.store(wake_ms, Ordering::Relaxed);
+            wake_at
         };
+        if !batch.is_empty() {
+            shared.last_dispatch_ms.store(now.0, Ordering::Relaxed);
+        }
+        // Spawned after the lock is released: completions of earlier polls
+        // are not held up by the spawns.
+        for d in batch {
+            shared.metrics.dispatch_lateness.observe(now.since(d.due).as_secs_f64());
+            if let Some(pool) = d.meta.pool.as_deref() {
+                let waited = d.due.since(d.first_due);
+                shared
+                    .metrics
+                    .budget_wait
+                    .with_label_values(&[pool])
+                    .observe(waited.as_secs_f64());
+            }
+            shared.running.fetch_add(1, Ordering::AcqRel);
+            let running = shared.running.clone();
+            let task = shared.clone();
+            tokio::spawn(async move {
+                run_poll(task, d).await;
+                // After run_poll has dropped its reference to the state.
+                running.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
         let sleep = match wake_at {
             Some(t) => Duration::from_millis(t.0.saturating_sub(Timestamp::now().0)),
             None => Duration::from_secs(3600),
@@ -585,19 +612,23 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     }
     let started = Instant::now();
     let target = shared.catalog().target(&key);
-    let forward = target.as_ref().is_some_and(|(_, g)| g.forward);
-    let result: PollResult = match target {
-        Some((instance, group)) => {
+    let forward = target.as_ref().is_some_and(|t| t.group().forward);
+    let result: PollResult = match &target {
+        Some(t) => {
+            let (instance, group) = (&t.instance, t.group());
             let items: Vec<String> = if group.fan_out.is_some() {
                 let b = lock(&shared.budgets);
-                plan::fan_out_items(&instance, &b.shapes, &group).to_vec()
+                plan::fan_out_items(instance, &b.shapes, group).to_vec()
             } else {
                 Vec::new()
             };
             // The poller enforces the instance timeout itself; this outer
             // bound guarantees a worker can never hang whatever it does.
-            let hard = crate::poll::deadline(&instance, &group, items.len()) + Duration::from_millis(500);
-            match tokio::time::timeout(hard, shared.poller.poll(&instance, &group, &items)).await {
+            let hard = crate::poll::deadline(instance, group, items.len()) + Duration::from_millis(500);
+            let poll = shared
+                .poller
+                .poll_with_base(instance, t.base_url.as_deref(), group, &items);
+            match tokio::time::timeout(hard, poll).await {
                 Ok(r) => r,
                 Err(_) => Err(deadline_error(instance.timeout)),
             }
@@ -634,9 +665,9 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     }
     // One lock for the common case: plan and apply together. A dead-letter
     // move is planned here and applied only after it is committed.
-    let planned = {
+    let (planned, wake) = {
         let mut s = shared.sched();
-        match s.plan_completion(&key, &result, now, &mut rand::rng()) {
+        let planned = match s.plan_completion(&key, &result, now, &mut rand::rng()) {
             Some(p) if !p.transition.must_commit() => {
                 let info = (p.transition.clone(), p.meta.clone());
                 s.apply(p, now);
@@ -644,13 +675,18 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
             }
             Some(p) => Some(Err(p)),
             None => None,
-        }
+        };
+        (planned, shared.must_wake_dispatcher(&s, &key))
     };
+    if wake {
+        shared.poke();
+    }
     let info = match planned {
         Some(Ok(info)) => Some(info),
         Some(Err(p)) => {
             let info = (p.transition.clone(), p.meta.clone());
             commit_then_apply(&shared, p, now).await;
+            shared.poke();
             Some(info)
         }
         None => None,
@@ -665,8 +701,7 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
         }
         shared.metrics.observe_poll(
             &meta.type_name,
-            &key.instance,
-            &key.group,
+            &key,
             elapsed.as_secs_f64(),
             result.as_ref().err().map(|e| e.category),
         );
@@ -677,7 +712,6 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     {
         shared.learn_shape(&key, shape);
     }
-    shared.poke();
 }
 
 /// What one finished poll tells the event sink: the poll, any breaker

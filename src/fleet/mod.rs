@@ -199,6 +199,37 @@ pub struct FleetStats {
     pub by_kind: BTreeMap<String, usize>,
 }
 
+/// What the `Healthy`, `Slow`, flapping-up and rate-limit-admitted answers
+/// carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BodyFormat {
+    /// `{"instance":"NAME","status":"ok"}`, `application/json`.
+    #[default]
+    Json,
+    /// The same facts in the Prometheus text exposition format
+    /// (`text/plain; version=0.0.4`), so that Prometheus can scrape the
+    /// instances as targets: two samples, `fleet_up` and `fleet_info`.
+    Prometheus,
+}
+
+impl BodyFormat {
+    fn body(self, name: &str) -> Bytes {
+        Bytes::from(match self {
+            BodyFormat::Json => format!(r#"{{"instance":"{name}","status":"ok"}}"#),
+            BodyFormat::Prometheus => format!(
+                "# TYPE fleet_up gauge\nfleet_up 1\n# TYPE fleet_info gauge\nfleet_info{{instance_name=\"{name}\",status=\"ok\"}} 1\n"
+            ),
+        })
+    }
+
+    pub(crate) fn content_type(self) -> &'static str {
+        match self {
+            BodyFormat::Json => "application/json",
+            BodyFormat::Prometheus => "text/plain; version=0.0.4",
+        }
+    }
+}
+
 /// Per-instance state; shared by the handlers and the [`Fleet`] handle.
 struct Instance {
     name: String,
@@ -212,8 +243,8 @@ struct Instance {
 }
 
 impl Instance {
-    fn new(name: String, behaviour: Behaviour) -> Instance {
-        let healthy_body = Bytes::from(format!(r#"{{"instance":"{name}","status":"ok"}}"#));
+    fn new(name: String, behaviour: Behaviour, format: BodyFormat) -> Instance {
+        let healthy_body = format.body(&name);
         Instance {
             name,
             behaviour: RwLock::new(behaviour),
@@ -268,10 +299,12 @@ struct Shared {
     order: Vec<Arc<Instance>>,
     /// Requests to `Hung` instances still open.
     hung_open: AtomicU64,
+    /// The format of the healthy answers.
+    format: BodyFormat,
 }
 
 impl Shared {
-    fn new(instances: Vec<(String, Behaviour)>) -> std::io::Result<Shared> {
+    fn new(instances: Vec<(String, Behaviour)>, format: BodyFormat) -> std::io::Result<Shared> {
         let mut by_name = HashMap::with_capacity(instances.len());
         let mut order = Vec::with_capacity(instances.len());
         for (name, behaviour) in instances {
@@ -280,7 +313,7 @@ impl Shared {
                     "instance name {name:?} must be non-empty and use only A-Z a-z 0-9 - . _ ~"
                 )));
             }
-            let instance = Arc::new(Instance::new(name.clone(), behaviour));
+            let instance = Arc::new(Instance::new(name.clone(), behaviour, format));
             if by_name.insert(name, Arc::clone(&instance)).is_some() {
                 return Err(invalid_input(format!("duplicate instance name {:?}", instance.name)));
             }
@@ -291,6 +324,7 @@ impl Shared {
             by_name,
             order,
             hung_open: AtomicU64::new(0),
+            format,
         })
     }
 
@@ -352,7 +386,16 @@ impl Fleet {
     /// is duplicated, empty, or uses characters other than `A-Z a-z 0-9 - . _ ~`.
     /// Must be called within a tokio runtime.
     pub async fn start(bind: SocketAddr, instances: Vec<(String, Behaviour)>) -> std::io::Result<Fleet> {
-        let shared = Arc::new(Shared::new(instances)?);
+        Fleet::start_with(bind, instances, BodyFormat::Json).await
+    }
+
+    /// [`Fleet::start`], with the healthy answers in `format`.
+    pub async fn start_with(
+        bind: SocketAddr,
+        instances: Vec<(String, Behaviour)>,
+        format: BodyFormat,
+    ) -> std::io::Result<Fleet> {
+        let shared = Arc::new(Shared::new(instances, format)?);
         let listener = tokio::net::TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
         let (stop_tx, stop_rx) = watch::channel(false);

@@ -97,21 +97,30 @@ async fn instance(State(shared): State<Arc<Shared>>, request: Request) -> Respon
     answer(&shared, &instance, hit, request).await
 }
 
+/// 200 with the instance's healthy body, in the fleet's format.
+fn healthy(shared: &Shared, instance: &Instance) -> Response {
+    let mut response = Response::new(Body::from(instance.healthy_body.clone()));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(shared.format.content_type()));
+    response
+}
+
 async fn answer(shared: &Shared, instance: &Instance, hit: u64, request: Request) -> Response {
     match instance.behaviour() {
-        Behaviour::Healthy => json_response(StatusCode::OK, instance.healthy_body.clone()),
+        Behaviour::Healthy => healthy(shared, instance),
         Behaviour::Changing => json_response(
             StatusCode::OK,
             format!(r#"{{"instance":"{}","status":"ok","seq":{hit}}}"#, instance.name),
         ),
         Behaviour::Slow { delay_ms } => {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-            json_response(StatusCode::OK, instance.healthy_body.clone())
+            healthy(shared, instance)
         }
         Behaviour::Flapping { period_ms } => {
             let elapsed = shared.started.elapsed().as_millis();
             if (elapsed / u128::from(period_ms.max(1))) % 2 == 0 {
-                json_response(StatusCode::OK, instance.healthy_body.clone())
+                healthy(shared, instance)
             } else {
                 error_response(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -126,7 +135,7 @@ async fn answer(shared: &Shared, instance: &Instance, hit: u64, request: Request
         } => {
             let second = shared.started.elapsed().as_secs();
             if admit(&instance.window, second, per_second) {
-                json_response(StatusCode::OK, instance.healthy_body.clone())
+                healthy(shared, instance)
             } else {
                 let mut response = error_response(StatusCode::TOO_MANY_REQUESTS, "rate limited", Some(&instance.name));
                 response

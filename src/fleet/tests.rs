@@ -565,3 +565,26 @@ fn parse_mix_reads_weights_and_rejects_mistakes() {
     assert_eq!(parse_mix("healthy=0", &defaults), Err(MixError::NoWeight));
     assert_eq!(parse_mix("", &defaults), Err(MixError::NoWeight));
 }
+
+#[tokio::test]
+async fn prometheus_format_serves_text_exposition_to_healthy_answers_only() {
+    let instances = vec![
+        ("a".to_string(), Behaviour::Healthy),
+        ("b".to_string(), Behaviour::ServerError),
+    ];
+    let fleet = Fleet::start_with(loopback(), instances, BodyFormat::Prometheus)
+        .await
+        .expect("start fleet");
+    let ok = get(&fleet.url("a")).await;
+    assert_eq!(ok.status, 200);
+    assert_eq!(ok.header("content-type"), Some("text/plain; version=0.0.4"));
+    let text = String::from_utf8(ok.body).expect("UTF-8");
+    assert_eq!(
+        text,
+        "# TYPE fleet_up gauge\nfleet_up 1\n# TYPE fleet_info gauge\nfleet_info{instance_name=\"a\",status=\"ok\"} 1\n"
+    );
+    let failing = get(&fleet.url("b")).await;
+    assert_eq!(failing.status, 500);
+    assert_eq!(failing.header("content-type"), Some("application/json"));
+    fleet.stop().await;
+}

@@ -110,14 +110,34 @@ impl Poller {
     /// `items` is the fan-out list (the items learned by the group named in
     /// `group.fan_out`); it is ignored for other groups.
     pub async fn poll(&self, instance: &InstanceConfig, group: &GroupDef, items: &[String]) -> PollResult {
+        self.poll_with_base(instance, None, group, items).await
+    }
+
+    /// [`Poller::poll`] with the instance URL already parsed by
+    /// [`parse_base`] (`None`: parse `instance.url` here).
+    pub async fn poll_with_base(
+        &self,
+        instance: &InstanceConfig,
+        base: Option<&reqwest::Url>,
+        group: &GroupDef,
+        items: &[String],
+    ) -> PollResult {
+        let parsed;
+        let base = match base {
+            Some(b) => b,
+            None => {
+                parsed = parse_base(&instance.url)?;
+                &parsed
+            }
+        };
         if let Some(source) = &group.fan_out {
-            return self.poll_fan_out(instance, group, source, items).await;
+            return self.poll_fan_out(instance, base, group, source, items).await;
         }
         let shape = group.shape_from.as_deref().map(|pointer| ShapeSpec {
             pointer,
             item_field: group.item_field.as_deref(),
         });
-        self.fetch_timed(instance, &group.path, shape, group.forward, instance.timeout)
+        self.fetch_timed(instance, base, &group.path, shape, group.forward, instance.timeout)
             .await
     }
 
@@ -126,12 +146,13 @@ impl Poller {
     async fn fetch_timed(
         &self,
         instance: &InstanceConfig,
+        base: &reqwest::Url,
         path: &str,
         shape: Option<ShapeSpec<'_>>,
         forward: bool,
         timeout: Duration,
     ) -> PollResult {
-        match tokio::time::timeout(timeout, self.fetch(instance, path, shape, forward)).await {
+        match tokio::time::timeout(timeout, self.fetch(instance, base, path, shape, forward)).await {
             Ok(result) => result,
             Err(_) => Err(timeout_error(instance.timeout)),
         }
@@ -143,11 +164,12 @@ impl Poller {
     async fn fetch(
         &self,
         instance: &InstanceConfig,
+        base: &reqwest::Url,
         path: &str,
         shape: Option<ShapeSpec<'_>>,
         forward: bool,
     ) -> PollResult {
-        let url = join_url(&instance.url, path)?;
+        let url = join_parsed(base, path)?;
         let headers = request_headers(&instance.auth)?;
         let client = self.client_for(instance)?;
 
@@ -205,6 +227,7 @@ impl Poller {
     async fn poll_fan_out(
         &self,
         instance: &InstanceConfig,
+        base: &reqwest::Url,
         group: &GroupDef,
         source: &str,
         items: &[String],
@@ -221,7 +244,7 @@ impl Poller {
         // hold against timer slack too.
         let end = tokio::time::Instant::now().checked_add(deadline(instance, group, items.len()));
         let results = run_bounded(items.len(), FAN_OUT_CONCURRENCY, |i| {
-            self.poll_item(instance, group, &items[i], end)
+            self.poll_item(instance, base, group, &items[i], end)
         })
         .await;
         combine_fan_out(items, results)
@@ -233,6 +256,7 @@ impl Poller {
     async fn poll_item(
         &self,
         instance: &InstanceConfig,
+        base: &reqwest::Url,
         group: &GroupDef,
         item: &str,
         end: Option<tokio::time::Instant>,
@@ -244,7 +268,8 @@ impl Poller {
                 .min(end.saturating_duration_since(tokio::time::Instant::now())),
             None => instance.timeout,
         };
-        self.fetch_timed(instance, &path, None, group.forward, timeout).await
+        self.fetch_timed(instance, base, &path, None, group.forward, timeout)
+            .await
     }
 
     /// The client for an instance's TLS settings.
@@ -311,23 +336,28 @@ pub fn deadline(instance: &InstanceConfig, group: &GroupDef, items: usize) -> Du
 /// An empty path is the base itself. Only `http` and `https` URLs with a
 /// host are accepted; anything else is `Permanent`/`InvalidUrl`.
 pub fn join_url(base: &str, path: &str) -> Result<reqwest::Url, PollError> {
-    let invalid = |why: String| {
-        PollError::new(
-            ErrorCategory::Permanent,
-            ErrorKind::InvalidUrl,
-            classify::one_line(&why),
-        )
-    };
-    let mut url = reqwest::Url::parse(base.trim()).map_err(|e| invalid(format!("invalid url {base:?}: {e}")))?;
+    join_parsed(&parse_base(base)?, path)
+}
+
+/// The instance URL, parsed and checked (http or https, with a host). The
+/// catalog parses it once per instance, not once per poll.
+pub fn parse_base(base: &str) -> Result<reqwest::Url, PollError> {
+    let url = reqwest::Url::parse(base.trim()).map_err(|e| invalid_url(format!("invalid url {base:?}: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(invalid(format!(
+        return Err(invalid_url(format!(
             "invalid url {base:?}: must be http:// or https:// with a host"
         )));
     }
+    Ok(url)
+}
+
+/// A parsed instance URL joined with a group path, as [`join_url`] does.
+pub fn join_parsed(base: &reqwest::Url, path: &str) -> Result<reqwest::Url, PollError> {
     if path.is_empty() {
-        return Ok(url);
+        return Ok(base.clone());
     }
     // The group path may carry its own query string; the base's is dropped.
+    let mut url = base.clone();
     url.set_query(None);
     url.set_fragment(None);
     let joined = format!(
@@ -335,7 +365,15 @@ pub fn join_url(base: &str, path: &str) -> Result<reqwest::Url, PollError> {
         url.as_str().trim_end_matches('/'),
         path.trim_start_matches('/')
     );
-    reqwest::Url::parse(&joined).map_err(|e| invalid(format!("invalid url {joined:?}: {e}")))
+    reqwest::Url::parse(&joined).map_err(|e| invalid_url(format!("invalid url {joined:?}: {e}")))
+}
+
+fn invalid_url(why: String) -> PollError {
+    PollError::new(
+        ErrorCategory::Permanent,
+        ErrorKind::InvalidUrl,
+        classify::one_line(&why),
+    )
 }
 
 /// Client settings shared by every client the poller builds.

@@ -6,10 +6,15 @@
 //! state, queue depth, cadence) are computed at scrape time from a snapshot of
 //! the scheduler, so the poll path pays nothing for them.
 
+mod series;
+
+pub use series::PollSeries;
+use series::{family, gauge, labels};
+
 use crate::core::Scheduler;
 use crate::engine::budget::BudgetState;
 use crate::engine::catalog::Catalog;
-use crate::model::{ErrorCategory, Timestamp};
+use crate::model::{ErrorCategory, TaskKey, Timestamp};
 use prometheus::core::{Collector, Desc};
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
@@ -28,9 +33,8 @@ pub const LATENESS_BUCKETS: &[f64] = &[
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
-    pub poll_total: IntCounterVec,
-    pub poll_duration: HistogramVec,
-    pub poll_errors: IntCounterVec,
+    /// Per-task poll counts and durations.
+    pub poll: Arc<PollSeries>,
     /// How late each dispatch was against its due time (queue wait).
     pub dispatch_lateness: prometheus::Histogram,
     /// HTTP 429 answers by pool.
@@ -65,28 +69,7 @@ impl Metrics {
         )?;
         registry.register(Box::new(budget_wait.clone()))?;
         registry.register(Box::new(PlanCollector::new(budgets)?))?;
-        let poll_total = IntCounterVec::new(
-            Opts::new(
-                "pollster_monitor_poll_total",
-                "Poll attempts by result (success or error).",
-            ),
-            &["instance_type", "instance", "group", "result"],
-        )?;
-        let poll_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "pollster_monitor_poll_duration_seconds",
-                "Duration of each poll, success or failure.",
-            )
-            .buckets(DURATION_BUCKETS.to_vec()),
-            &["instance_type", "instance", "group"],
-        )?;
-        let poll_errors = IntCounterVec::new(
-            Opts::new(
-                "pollster_monitor_poll_errors_total",
-                "Failed polls by error category (transient or permanent).",
-            ),
-            &["instance_type", "instance", "group", "category"],
-        )?;
+        let poll = Arc::new(PollSeries::new()?);
         let dispatch_lateness = prometheus::Histogram::with_opts(
             HistogramOpts::new(
                 "pollster_scheduler_dispatch_lateness_seconds",
@@ -95,55 +78,26 @@ impl Metrics {
             .buckets(LATENESS_BUCKETS.to_vec()),
         )?;
         registry.register(Box::new(dispatch_lateness.clone()))?;
-        registry.register(Box::new(poll_total.clone()))?;
-        registry.register(Box::new(poll_duration.clone()))?;
-        registry.register(Box::new(poll_errors.clone()))?;
+        registry.register(Box::new(SharedCollector(poll.clone())))?;
         registry.register(Box::new(StateCollector::new(scheduler)?))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(Metrics {
             registry,
-            poll_total,
-            poll_duration,
-            poll_errors,
+            poll,
             dispatch_lateness,
             rate_limited,
             budget_wait,
         })
     }
 
-    pub fn observe_poll(
-        &self,
-        type_name: &str,
-        instance: &str,
-        group: &str,
-        seconds: f64,
-        error: Option<ErrorCategory>,
-    ) {
-        let labels = [type_name, instance, group];
-        self.poll_duration.with_label_values(&labels).observe(seconds);
-        let result = if error.is_some() { "error" } else { "success" };
-        self.poll_total
-            .with_label_values(&[type_name, instance, group, result])
-            .inc();
-        if let Some(c) = error {
-            self.poll_errors
-                .with_label_values(&[type_name, instance, group, c.as_str()])
-                .inc();
-        }
+    pub fn observe_poll(&self, type_name: &Arc<str>, key: &TaskKey, seconds: f64, error: Option<ErrorCategory>) {
+        self.poll.observe(type_name, key, seconds, error);
     }
 
     /// Drop the series of a task that no longer exists.
-    pub fn forget_task(&self, type_name: &str, instance: &str, group: &str) {
-        let _ = self.poll_duration.remove_label_values(&[type_name, instance, group]);
-        for result in ["success", "error"] {
-            let _ = self
-                .poll_total
-                .remove_label_values(&[type_name, instance, group, result]);
-        }
-        for c in ["transient", "permanent"] {
-            let _ = self.poll_errors.remove_label_values(&[type_name, instance, group, c]);
-        }
+    pub fn forget_task(&self, key: &TaskKey) {
+        self.poll.forget(key);
     }
 
     pub fn render(&self) -> String {
@@ -155,43 +109,59 @@ impl Metrics {
     }
 }
 
-/// Gauges derived from the scheduler's state at scrape time.
+/// Registers a collector that is also used elsewhere through an `Arc`.
+struct SharedCollector<C>(Arc<C>);
+
+impl<C: Collector> Collector for SharedCollector<C> {
+    fn desc(&self) -> Vec<&Desc> {
+        self.0.desc()
+    }
+
+    fn collect(&self) -> Vec<proto::MetricFamily> {
+        self.0.collect()
+    }
+}
+
+/// Gauges derived from the scheduler's state at scrape time. The per-task
+/// families are built straight from a copy of the scheduler's figures, not
+/// kept in gauge vectors between scrapes.
 struct StateCollector {
     scheduler: Arc<Mutex<Scheduler>>,
-    staleness: GaugeVec,
-    last_success: GaugeVec,
-    breaker: IntGaugeVec,
     queue_depth: IntGauge,
     inflight: IntGaugeVec,
     dead_letter: IntGauge,
-    cadence: GaugeVec,
     descs: Vec<Desc>,
+}
+
+const STALENESS: (&str, &str) = (
+    "pollster_monitor_poll_staleness_seconds",
+    "Seconds since the task's last successful poll (0 right after a success).",
+);
+const LAST_SUCCESS: (&str, &str) = (
+    "pollster_monitor_poll_last_success_timestamp_seconds",
+    "Unix time of the task's last successful poll.",
+);
+const BREAKER: (&str, &str) = (
+    "pollster_monitor_breaker_state",
+    "Circuit breaker state of each task: 1 for the current state (closed, open or half_open).",
+);
+const CADENCE: (&str, &str) = (
+    "pollster_instance_cadence_seconds",
+    "Shortest current polling interval among the instance's tasks.",
+);
+
+fn desc((name, help): (&str, &str), label_names: &[&str]) -> Result<Desc, prometheus::Error> {
+    Desc::new(
+        name.to_string(),
+        help.to_string(),
+        label_names.iter().map(|l| l.to_string()).collect(),
+        Default::default(),
+    )
 }
 
 impl StateCollector {
     fn new(scheduler: Arc<Mutex<Scheduler>>) -> Result<Self, prometheus::Error> {
-        let task_labels = &["instance_type", "instance", "group"];
-        let staleness = GaugeVec::new(
-            Opts::new(
-                "pollster_monitor_poll_staleness_seconds",
-                "Seconds since the task's last successful poll (0 right after a success).",
-            ),
-            task_labels,
-        )?;
-        let last_success = GaugeVec::new(
-            Opts::new(
-                "pollster_monitor_poll_last_success_timestamp_seconds",
-                "Unix time of the task's last successful poll.",
-            ),
-            task_labels,
-        )?;
-        let breaker = IntGaugeVec::new(
-            Opts::new(
-                "pollster_monitor_breaker_state",
-                "Circuit breaker state of each task: 1 for the current state (closed, open or half_open).",
-            ),
-            &["instance_type", "instance", "group", "state"],
-        )?;
+        let task_labels = ["instance_type", "instance", "group"];
         let queue_depth = IntGauge::new(
             "pollster_monitor_poll_queue_depth",
             "Tasks waiting in the scheduler queue.",
@@ -201,34 +171,20 @@ impl StateCollector {
             &["instance_type"],
         )?;
         let dead_letter = IntGauge::new("pollster_monitor_dead_letter_tasks", "Tasks in the dead-letter queue.")?;
-        let cadence = GaugeVec::new(
-            Opts::new(
-                "pollster_instance_cadence_seconds",
-                "Shortest current polling interval among the instance's tasks.",
-            ),
-            &["instance"],
-        )?;
-        let mut descs = Vec::new();
-        for c in [
-            &staleness as &dyn Collector,
-            &last_success,
-            &breaker,
-            &queue_depth,
-            &inflight,
-            &dead_letter,
-            &cadence,
-        ] {
+        let mut descs = vec![
+            desc(STALENESS, &task_labels)?,
+            desc(LAST_SUCCESS, &task_labels)?,
+            desc(BREAKER, &["instance_type", "instance", "group", "state"])?,
+            desc(CADENCE, &["instance"])?,
+        ];
+        for c in [&queue_depth as &dyn Collector, &inflight, &dead_letter] {
             descs.extend(c.desc().into_iter().cloned());
         }
         Ok(StateCollector {
             scheduler,
-            staleness,
-            last_success,
-            breaker,
             queue_depth,
             inflight,
             dead_letter,
-            cadence,
             descs,
         })
     }
@@ -241,11 +197,7 @@ impl Collector for StateCollector {
 
     fn collect(&self) -> Vec<proto::MetricFamily> {
         let now = Timestamp::now();
-        self.staleness.reset();
-        self.last_success.reset();
-        self.breaker.reset();
         self.inflight.reset();
-        self.cadence.reset();
         // Copy what the gauges need out under the scheduler lock, then build
         // the series without it: a scrape must not hold up dispatching.
         struct Row {
@@ -276,22 +228,30 @@ impl Collector for StateCollector {
                 .collect();
             (rows, s.in_flight_per_type(), s.queue_len(), s.dead_letters().len())
         };
+        let mut staleness = Vec::with_capacity(rows.len());
+        let mut last_success = Vec::with_capacity(rows.len());
+        let mut breaker = Vec::with_capacity(rows.len());
         let mut cadence: BTreeMap<&str, f64> = BTreeMap::new();
         for r in &rows {
-            let labels = [&*r.type_name, &*r.instance, &*r.group];
-            self.staleness.with_label_values(&labels).set(r.age);
+            let task = [
+                ("instance_type", &*r.type_name),
+                ("instance", &*r.instance),
+                ("group", &*r.group),
+            ];
+            staleness.push(gauge(labels(&task), r.age));
             if let Some(ls) = r.last_success {
-                self.last_success.with_label_values(&labels).set(ls);
+                last_success.push(gauge(labels(&task), ls));
             }
-            self.breaker
-                .with_label_values(&[labels[0], labels[1], labels[2], r.state])
-                .set(1);
+            let mut with_state = labels(&task);
+            with_state.extend(labels(&[("state", r.state)]));
+            breaker.push(gauge(with_state, 1.0));
             let c = cadence.entry(&r.instance).or_insert(r.interval);
             *c = c.min(r.interval);
         }
-        for (inst, secs) in cadence {
-            self.cadence.with_label_values(&[inst]).set(secs);
-        }
+        let cadence = cadence
+            .into_iter()
+            .map(|(inst, secs)| gauge(labels(&[("instance", inst)]), secs))
+            .collect();
         // Every type with tasks gets a series, 0 when idle, so the family is
         // always present.
         let mut types: Vec<&str> = rows.iter().map(|r| &*r.type_name).collect();
@@ -303,16 +263,13 @@ impl Collector for StateCollector {
         }
         self.queue_depth.set(queue_len as i64);
         self.dead_letter.set(dead as i64);
-        let mut out = Vec::new();
-        for c in [
-            &self.staleness as &dyn Collector,
-            &self.last_success,
-            &self.breaker,
-            &self.queue_depth,
-            &self.inflight,
-            &self.dead_letter,
-            &self.cadence,
-        ] {
+        let mut out = vec![
+            family(STALENESS.0, STALENESS.1, proto::MetricType::GAUGE, staleness),
+            family(LAST_SUCCESS.0, LAST_SUCCESS.1, proto::MetricType::GAUGE, last_success),
+            family(BREAKER.0, BREAKER.1, proto::MetricType::GAUGE, breaker),
+            family(CADENCE.0, CADENCE.1, proto::MetricType::GAUGE, cadence),
+        ];
+        for c in [&self.queue_depth as &dyn Collector, &self.inflight, &self.dead_letter] {
             out.extend(c.collect());
         }
         out

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: Pollster, Prometheus and a raw hyper client loop
+# polling the same simulated targets at the same interval, one after the other.
+#
+#   bench/compare.sh [--instances N] [--interval 1s] [--warmup 15s] [--seconds 30]
+#                    [--only floor,pollster,prometheus] [--workers 64]
+#
+# Needs Debian's `prometheus` package (apt-get install prometheus) for the
+# Prometheus run. Prints a markdown table: CPU seconds per 1,000 polls, RSS,
+# achieved vs configured rate and lateness, with ratios to the raw loop.
+# What each column means: docs/BENCHMARKS.md, section "Side by side".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --locked --bin pollster --bin pollster-fleet --example floor --example compare
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "prometheus not found: apt-get install prometheus (or pass --only floor,pollster)" >&2
+fi
+echo "machine: $(nproc) cores, $(uname -r), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" >&2
+exec target/release/examples/compare "$@"
