@@ -53,38 +53,79 @@ pub fn dead_letter_json(t: &crate::core::scheduler::Task) -> Value {
     })
 }
 
-pub fn health_document(app: &AppState, now: Timestamp) -> Value {
-    let s = app.shared.sched();
-    let settings = s.settings();
-    let per_type: serde_json::Map<String, Value> = s
-        .queued_per_type()
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    let dead = s.dead_letters();
+/// The health document, serialised.
+pub fn health_document(app: &AppState, now: Timestamp) -> Vec<u8> {
+    /// What the per-task lists need of one task, copied out under the
+    /// scheduler lock so that building the document (sorting, JSON) does not
+    /// hold up dispatching and completions.
+    struct Row {
+        key: crate::model::TaskKey,
+        type_name: std::sync::Arc<str>,
+        breaker: BreakerState,
+        failures: u32,
+        retry_at: Option<Timestamp>,
+        last_success: Option<Timestamp>,
+        failed_items: Vec<crate::model::FailedItem>,
+    }
+    let (enabled, max_interval, per_type, depth, due, in_flight, dead_count, dead_shown, mut rows) = {
+        let s = app.shared.sched();
+        let settings = s.settings();
+        let per_type: serde_json::Map<String, Value> = s
+            .queued_per_type()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let dead = s.dead_letters();
+        let dead_shown: Vec<Value> = dead
+            .iter()
+            .take(DEAD_LETTER_SHOWN)
+            .map(|t| dead_letter_json(t))
+            .collect();
+        let rows: Vec<Row> = s
+            .tasks()
+            .filter(|t| !t.rec.disabled)
+            .map(|t| Row {
+                key: t.key.clone(),
+                type_name: t.meta.type_name.clone(),
+                breaker: breaker_at(&t.rec, now),
+                failures: t.rec.failures,
+                retry_at: t.rec.retry_at,
+                last_success: t.rec.last_success,
+                failed_items: t.rec.failed_items.clone(),
+            })
+            .collect();
+        (
+            settings.adaptive.enabled,
+            settings.adaptive.max_interval,
+            per_type,
+            s.queue_len(),
+            s.due_within(now, DUE_WINDOW),
+            s.in_flight(),
+            dead.len(),
+            dead_shown,
+            rows,
+        )
+    };
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
     let mut breakers = Vec::new();
-    let mut staleness = Vec::with_capacity(s.len());
     let mut partial = Vec::new();
-    let mut tasks: Vec<_> = s.tasks().filter(|t| !t.rec.disabled).collect();
-    tasks.sort_by(|a, b| a.key.cmp(&b.key));
-    for t in tasks {
-        let state = breaker_at(&t.rec, now);
-        if state != BreakerState::Closed {
+    for t in &rows {
+        if t.breaker != BreakerState::Closed {
             breakers.push(json!({
                 "instance": &*t.key.instance,
-                "type": &*t.meta.type_name,
+                "type": &*t.type_name,
                 "group": &*t.key.group,
-                "state": state.as_str(),
-                "failures": t.rec.failures,
-                "retryAt": ts(t.rec.retry_at),
+                "state": t.breaker.as_str(),
+                "failures": t.failures,
+                "retryAt": ts(t.retry_at),
             }));
         }
-        if !t.rec.failed_items.is_empty() {
+        if !t.failed_items.is_empty() {
             partial.push(json!({
                 "instance": &*t.key.instance,
-                "type": &*t.meta.type_name,
+                "type": &*t.type_name,
                 "group": &*t.key.group,
-                "failedItems": t.rec.failed_items.iter().map(|f| json!({
+                "failedItems": t.failed_items.iter().map(|f| json!({
                     "item": f.item,
                     "message": f.error.message,
                     "status": f.error.status,
@@ -92,34 +133,66 @@ pub fn health_document(app: &AppState, now: Timestamp) -> Value {
                 })).collect::<Vec<_>>(),
             }));
         }
-        let score = crate::core::staleness::score(t.rec.last_success, now, settings.adaptive.max_interval);
-        staleness.push(json!({
-            "instance": &*t.key.instance,
-            "type": &*t.meta.type_name,
-            "group": &*t.key.group,
-            "score": (score * 1000.0).round() / 1000.0,
-            "lastSuccess": ts(t.rec.last_success),
-        }));
     }
-    json!({
-        "updatedAt": now.to_rfc3339(),
-        "enabled": settings.adaptive.enabled,
-        "queue": {
-            "depth": s.queue_len(),
-            "dueWithinSeconds": s.due_within(now, DUE_WINDOW),
+    // The staleness list has a row per task: typed rows serialised straight
+    // to bytes, not built as JSON maps first.
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Staleness<'a> {
+        instance: &'a str,
+        #[serde(rename = "type")]
+        type_name: &'a str,
+        group: &'a str,
+        score: f64,
+        last_success: Option<String>,
+    }
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Document<'a> {
+        updated_at: String,
+        enabled: bool,
+        queue: Value,
+        dead_letter: Value,
+        breakers: Vec<Value>,
+        staleness: Vec<Staleness<'a>>,
+        partial: Vec<Value>,
+    }
+    let staleness = rows
+        .iter()
+        .map(|t| {
+            let score = crate::core::staleness::score(t.last_success, now, max_interval);
+            Staleness {
+                instance: &t.key.instance,
+                type_name: &t.type_name,
+                group: &t.key.group,
+                score: (score * 1000.0).round() / 1000.0,
+                last_success: t.last_success.map(|t| t.to_rfc3339()),
+            }
+        })
+        .collect();
+    let doc = Document {
+        updated_at: now.to_rfc3339(),
+        enabled,
+        queue: json!({
+            "depth": depth,
+            "dueWithinSeconds": due,
             "perType": per_type,
-            "inFlight": s.in_flight(),
-        },
-        "deadLetter": {
-            "count": dead.len(),
-            "tasks": dead.iter().take(DEAD_LETTER_SHOWN).map(|t| dead_letter_json(t)).collect::<Vec<_>>(),
-        },
-        "breakers": breakers,
-        "staleness": staleness,
-        "partial": partial,
-    })
+            "inFlight": in_flight,
+        }),
+        dead_letter: json!({
+            "count": dead_count,
+            "tasks": dead_shown,
+        }),
+        breakers,
+        staleness,
+        partial,
+    };
+    serde_json::to_vec(&doc).unwrap_or_default()
 }
 
 pub async fn scheduler_health(State(app): State<AppState>) -> impl IntoResponse {
-    Json(health_document(&app, Timestamp::now()))
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        health_document(&app, Timestamp::now()),
+    )
 }
