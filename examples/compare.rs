@@ -197,12 +197,8 @@ fn run_floor(args: &Args, bin_dir: &Path, fleet: &Fleet) -> Row {
     let b = Mark::take(pid, fleet);
     let rss = rss_bytes(pid);
     let mut out = String::new();
-    child
-        .0
-        .stdout
-        .take()
-        .expect("piped stdout")
-        .read_to_string(&mut out)
+    BufReader::new(child.0.stdout.take().expect("piped stdout"))
+        .read_line(&mut out)
         .expect("the floor's report");
     let report: serde_json::Value = serde_json::from_str(out.trim()).expect("the floor prints JSON");
     let ms = |k: &str| report[k].as_f64().unwrap_or(f64::NAN);

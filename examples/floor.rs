@@ -12,7 +12,8 @@
 //! After `--warmup` it records, for `--seconds`, every tick's lateness (from
 //! the instant the tick was due to the instant the request starts) and the
 //! polls completed, then prints one JSON line and exits:
-//! `{"polls":…,"errors":…,"seconds":…,"p50_ms":…,"p99_ms":…,"max_ms":…}`.
+//! `{"polls":…,"errors":…,"seconds":…,"p50_ms":…,"p99_ms":…,"max_ms":…}`,
+//! then goes on polling until it is killed (so its RSS can still be read).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -154,4 +155,5 @@ async fn run(args: Args) {
             "max_ms": max_ms,
         })
     );
+    std::future::pending::<()>().await;
 }
