@@ -39,9 +39,20 @@ impl Timestamp {
         Duration::from_millis(self.0.saturating_sub(earlier.0))
     }
     /// RFC 3339 UTC with second precision, e.g. `2025-03-21T18:05:00Z`.
+    /// A time past the year 9999 (a retry or recheck pushed out by an
+    /// enormous interval) shows as the last second of 9999: RFC 3339 has
+    /// four-digit years.
     pub fn to_rfc3339(self) -> String {
-        let t = std::time::UNIX_EPOCH + Duration::from_secs(self.0 / 1000);
-        humantime::format_rfc3339_seconds(t).to_string()
+        humantime::format_rfc3339_seconds(self.rfc3339_time()).to_string()
+    }
+    /// The same with milliseconds, e.g. `2025-03-21T18:05:00.123Z`.
+    pub fn to_rfc3339_millis(self) -> String {
+        humantime::format_rfc3339_millis(self.rfc3339_time()).to_string()
+    }
+    fn rfc3339_time(self) -> std::time::SystemTime {
+        // 9999-12-31T23:59:59.999Z
+        const LAST_MS: u64 = 253_402_300_799_999;
+        std::time::UNIX_EPOCH + Duration::from_millis(self.0.min(LAST_MS))
     }
     pub fn as_secs_f64(self) -> f64 {
         self.0 as f64 / 1000.0
@@ -618,11 +629,13 @@ pub fn valid_name(s: &str) -> bool {
 // ---------------------------------------------------------------- instances
 
 /// How Pollster authenticates to an instance. Secrets are write-only in the API.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Auth {
-    #[default]
-    None,
+    /// A struct variant, not a unit one: serde ignores unknown fields next to
+    /// the tag of a unit variant, so `{"kind": "none", "token": "…"}` would
+    /// be taken silently.
+    None {},
     Bearer {
         token: String,
     },
@@ -642,10 +655,16 @@ pub enum Auth {
     },
 }
 
+impl Default for Auth {
+    fn default() -> Self {
+        Auth::None {}
+    }
+}
+
 impl Auth {
     pub fn kind(&self) -> &'static str {
         match self {
-            Auth::None => "none",
+            Auth::None {} => "none",
             Auth::Bearer { .. } => "bearer",
             Auth::Header { .. } => "header",
             Auth::Basic { .. } => "basic",
@@ -710,7 +729,7 @@ impl InstanceConfig {
             budget: None,
             labels: BTreeMap::new(),
             enabled: true,
-            auth: Auth::None,
+            auth: Auth::None {},
             tls_verify: true,
             tls_fingerprint: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
@@ -748,7 +767,7 @@ impl InstanceConfig {
             ));
         }
         match &self.auth {
-            Auth::None => {}
+            Auth::None {} => {}
             Auth::Bearer { token } if token.is_empty() || !header_safe(token) => {
                 return Err(FieldError::new(
                     "auth.token",
@@ -1087,3 +1106,29 @@ pub struct TaskRecord {
 
 /// Failed fan-out items kept per task.
 pub const FAILED_ITEMS_KEPT: usize = 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_past_year_9999_format_as_its_last_second() {
+        assert_eq!(Timestamp(0).to_rfc3339(), "1970-01-01T00:00:00Z");
+        assert_eq!(Timestamp(1_742_580_300_000).to_rfc3339(), "2025-03-21T18:05:00Z");
+        let last = "9999-12-31T23:59:59Z";
+        assert_eq!(Timestamp(253_402_300_799_999).to_rfc3339(), last);
+        assert_eq!(Timestamp(253_402_300_800_000).to_rfc3339(), last);
+        assert_eq!(
+            Timestamp::now()
+                .plus(Duration::from_secs(20_000 * 31_557_600))
+                .to_rfc3339(),
+            last
+        );
+        assert_eq!(Timestamp(u64::MAX).to_rfc3339(), last);
+        assert_eq!(
+            Timestamp(1_742_580_300_123).to_rfc3339_millis(),
+            "2025-03-21T18:05:00.123Z"
+        );
+        assert_eq!(Timestamp(u64::MAX).to_rfc3339_millis(), "9999-12-31T23:59:59.999Z");
+    }
+}

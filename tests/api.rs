@@ -276,6 +276,23 @@ async fn backup_is_a_consistent_openable_copy() {
         "{tasks:?}"
     );
     assert!(!copy.list_tokens().expect("tokens").is_empty());
+
+    // Backups asked for at the same moment each get a whole copy.
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            let req = app.client.get(app.url("/api/admin/backup")).bearer_auth(&app.token);
+            tokio::spawn(async move { req.send().await.expect("request") })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let r = h.await.expect("task");
+        assert_eq!(r.status().as_u16(), 200, "backup {i}");
+        let bytes = r.bytes().await.expect("body");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("pollster.redb"), &bytes).expect("write");
+        let copy = pollster::store::Store::open(dir.path()).expect("backup opens");
+        assert!(!copy.list_tokens().expect("tokens").is_empty(), "backup {i}");
+    }
     app.stop().await;
 }
 
@@ -438,5 +455,237 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    app.stop().await;
+}
+
+/// GET with the test token, answering (status, `Allow`, parsed JSON body).
+async fn raw(app: &TestApp, method: Method, path: &str) -> (u16, Option<String>, Value) {
+    let r = app
+        .client
+        .request(method, app.url(path))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .expect("request");
+    let status = r.status().as_u16();
+    let allow = r
+        .headers()
+        .get("allow")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let text = r.text().await.unwrap_or_default();
+    (status, allow, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Bad input of every kind gets a 4xx JSON error naming the field, never a
+/// 5xx or a plain-text answer (found by the schemathesis run in CI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_4xx_json_error_naming_the_field() {
+    let app = TestApp::spawn_with(vec![("q", Behaviour::Healthy)], &Default::default(), |c| {
+        c.monitoring_file.scheduler.workers = 7
+    })
+    .await;
+    let dl = "/api/monitoring/scheduler/dead-letter";
+    for (query, status, field) in [
+        ("per_page=abc", 422, "per_page"),
+        ("per_page=null", 422, "per_page"),
+        ("page=0", 422, "page"),
+        ("page=1000001", 422, "page"),
+        ("page=105962369393604813635190784", 422, "page"),
+        ("per_page=1&per_page=2", 400, "per_page"),
+    ] {
+        let (s, _, body) = raw(&app, Method::GET, &format!("{dl}?{query}")).await;
+        assert_eq!(
+            (s, body["error"]["field"].as_str()),
+            (status, Some(field)),
+            "{query}: {body}"
+        );
+    }
+    // The last page there can be is fine, and empty.
+    let (s, _, body) = raw(&app, Method::GET, &format!("{dl}?page=1000000&per_page=500")).await;
+    assert_eq!((s, body["tasks"].as_array().map(Vec::len)), (200, Some(0)), "{body}");
+    let (s, _, body) = raw(&app, Method::GET, "/api/instances?q=a&q=b").await;
+    assert_eq!((s, body["error"]["field"].as_str()), (400, Some("q")), "{body}");
+    let (s, _, body) = raw(&app, Method::GET, "/status?format=xml").await;
+    assert_eq!((s, body["error"]["field"].as_str()), (422, Some("format")), "{body}");
+    let (s, _, body) = raw(&app, Method::GET, "/status?format=json").await;
+    assert_eq!(s, 200);
+    assert!(body["pools"].is_array(), "{body}");
+
+    // Credentials of kind none take no other field (serde would drop it).
+    let (s, body) = app
+        .send(
+            Method::POST,
+            "/api/instances",
+            Some(json!({"name": "n", "type": "fast", "url": app.fleet.url("q"),
+                "auth": {"kind": "none", "token": "x"}})),
+        )
+        .await;
+    assert_eq!((s, body["error"]["field"].as_str()), (422, Some("auth")), "{body}");
+    // A missing field is named, nested ones with their path.
+    for (doc, field) in [
+        (json!({"name": "n"}), "url"),
+        (
+            json!({"name": "n", "type": "fast", "url": app.fleet.url("q"), "auth": {"kind": "bearer"}}),
+            "auth.token",
+        ),
+    ] {
+        let (s, body) = app.send(Method::POST, "/api/instances", Some(doc.clone())).await;
+        assert_eq!(
+            (s, body["error"]["field"].as_str()),
+            (422, Some(field)),
+            "{doc}: {body}"
+        );
+    }
+    // An array is not an instance (serde would read it as the fields in order).
+    let (s, body) = app
+        .send(
+            Method::POST,
+            "/api/instances",
+            Some(json!(["n", "fast", app.fleet.url("q")])),
+        )
+        .await;
+    assert_eq!((s, body["error"]["field"].as_str()), (422, Some("")), "{body}");
+
+    // Monitoring settings: a merge patch of known sections and fields only.
+    for (patch, field) in [
+        (json!({"": null}), ""),
+        (json!({"scheduler": {"wokers": null}}), "scheduler.wokers"),
+        (json!({"locked": [null]}), "locked"),
+        (json!({"failure": []}), "failure"),
+    ] {
+        let (s, body) = app
+            .send(Method::PUT, "/api/settings/monitoring", Some(patch.clone()))
+            .await;
+        assert_eq!(
+            (s, body["error"]["field"].as_str()),
+            (422, Some(field)),
+            "{patch}: {body}"
+        );
+    }
+    let (s, body) = app
+        .send(
+            Method::PUT,
+            "/api/settings/monitoring",
+            Some(json!({"scheduler": {"workers": 3}})),
+        )
+        .await;
+    assert_eq!((s, &body["scheduler"]["workers"]), (200, &json!(3)), "{body}");
+    let (s, body) = app
+        .send(
+            Method::PUT,
+            "/api/settings/monitoring",
+            Some(json!({"scheduler": {"workers": null}, "failure": null})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["scheduler"]["workers"], 7, "back to the config file's value");
+
+    // The sink: turning it off takes no other field; `enabled` is a boolean.
+    for (patch, field) in [
+        (json!({"enabled": false, "url": {}}), "url"),
+        (json!({"enabled": "no"}), "enabled"),
+        (json!({"enabled": true}), "url"),
+    ] {
+        let (s, body) = app.send(Method::PUT, "/api/settings/sink", Some(patch.clone())).await;
+        assert_eq!(
+            (s, body["error"]["field"].as_str()),
+            (422, Some(field)),
+            "{patch}: {body}"
+        );
+    }
+    // A test event: 409 with no sink; with one that cannot be reached the
+    // test ran and says so (200), the server did not fail.
+    let (s, body) = app.send(Method::POST, "/api/settings/sink/test", None).await;
+    assert_eq!(
+        (s, body["error"]["code"].as_str()),
+        (409, Some("sink_disabled")),
+        "{body}"
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let nowhere = format!("http://{}/", closed.local_addr().expect("addr"));
+    drop(closed);
+    let (s, body) = app
+        .send(Method::PUT, "/api/settings/sink", Some(json!({"url": nowhere})))
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let (s, body) = app.send(Method::POST, "/api/settings/sink/test", None).await;
+    assert_eq!((s, &body["ok"]), (200, &json!(false)), "{body}");
+    assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{body}");
+
+    // A method a route does not serve is 405 with `Allow`, pages included.
+    for (method, path) in [
+        (Method::TRACE, "/status?format=json"),
+        (Method::PATCH, "/status"),
+        (Method::PATCH, "/api/instances"),
+    ] {
+        let (s, allow, _) = raw(&app, method.clone(), path).await;
+        assert_eq!(s, 405, "{method} {path}");
+        assert!(allow.is_some_and(|a| a.contains("GET")), "{method} {path}");
+    }
+    app.stop().await;
+}
+
+/// An enormous interval pushes a recheck past the year 9999: the API shows
+/// the last second RFC 3339 can write instead of failing the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_past_the_year_9999_do_not_break_the_api() {
+    let app = TestApp::spawn(vec![("far", Behaviour::Unauthorized)]).await;
+    let (s, body) = app
+        .send(
+            Method::PUT,
+            "/api/settings/monitoring",
+            Some(json!({"failure": {"dead_letter_recheck": "20000years"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    // The entry is made (or, if it was made before the change, rechecked
+    // once more) with the new recheck interval.
+    let last = "9999-12-31T23:59:59Z";
+    let h = app
+        .wait_health(WAIT, "dead-letter entry rechecked in 20000 years", |h| {
+            dead_letter(h, "far").is_some_and(|d| d["nextRun"] == last)
+        })
+        .await;
+    assert_eq!(breaker(&h, "far").expect("open")["retryAt"], last, "{h}");
+    let list = app.get_json("/api/monitoring/scheduler/dead-letter").await;
+    assert_eq!(list["tasks"][0]["nextRun"], last, "{list}");
+    app.stop().await;
+}
+
+/// The OpenAPI document is valid OpenAPI 3.0 where schemathesis found it
+/// was not, and names the instance types this appliance knows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_document_uses_openapi_3_0_keywords_and_lists_the_types() {
+    fn walk(v: &Value, at: &str, bad: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    if (k == "exclusiveMinimum" || k == "exclusiveMaximum") && !v.is_boolean() {
+                        bad.push(format!("{at}/{k}"));
+                    }
+                    walk(v, &format!("{at}/{k}"), bad);
+                }
+            }
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .for_each(|(i, v)| walk(v, &format!("{at}/{i}"), bad)),
+            _ => {}
+        }
+    }
+    let app = TestApp::spawn(vec![("o", Behaviour::Healthy)]).await;
+    let doc = app.get_json("/api/openapi.json").await;
+    assert_eq!(doc["openapi"], "3.0.3");
+    let mut bad = Vec::new();
+    walk(&doc, "", &mut bad);
+    assert!(bad.is_empty(), "OpenAPI 3.0 takes booleans here: {bad:?}");
+    let types = &doc["components"]["schemas"]["InstanceInput"]["properties"]["type"]["enum"];
+    for t in ["http", "fast", "pve"] {
+        assert!(
+            types.as_array().is_some_and(|a| a.contains(&json!(t))),
+            "{t} in {types}"
+        );
+    }
     app.stop().await;
 }

@@ -239,7 +239,7 @@ fn full_example_loads_with_every_value() {
     assert_eq!(i.budget.as_deref(), Some("meraki-org"));
     assert_eq!(i.labels, BTreeMap::from([("critical".to_string(), "true".to_string())]));
     assert!(i.enabled);
-    assert_eq!(i.auth, Auth::None);
+    assert_eq!(i.auth, Auth::None {});
 
     // With no environment the effective settings are the file's.
     assert_eq!(&c.monitoring(), m);

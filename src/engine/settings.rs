@@ -23,19 +23,24 @@ pub enum SettingsError {
     Invalid(Vec<FieldError>),
 }
 
-/// RFC 7386 merge patch.
+/// RFC 7386 merge patch. An object patched onto a non-object starts from an
+/// empty object, so nulls in it never reach the result.
 pub fn merge(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    if let Value::Object(t) = target {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge(t.entry(k.clone()).or_insert(Value::Null), v);
             }
         }
-        (t, p) => *t = p.clone(),
     }
 }
 
@@ -89,6 +94,9 @@ impl SettingsLayers {
                 "expected a JSON object",
             )]));
         }
+        if let Err(e) = known_keys(patch) {
+            return Err(SettingsError::Invalid(vec![e]));
+        }
         let locked = self.locked();
         let mut touched = Vec::new();
         leaves(patch, "", &mut touched);
@@ -112,6 +120,44 @@ impl SettingsLayers {
         let s = self.resolve_with(&saved).map_err(SettingsError::Invalid)?;
         Ok((saved, s))
     }
+}
+
+/// Every section and field a patch names must exist, null ones too: the
+/// merge drops nulls before the document is read, so a misspelt field set to
+/// null would otherwise be accepted and do nothing. A section is an object
+/// (or null): serde would read an array as the section's fields in order.
+fn known_keys(patch: &Value) -> Result<(), FieldError> {
+    let known = serde_json::to_value(MonitoringSettings::default()).unwrap_or(Value::Null);
+    let Some(sections) = patch.as_object() else {
+        return Ok(());
+    };
+    for (section, fields) in sections {
+        let Some(known_fields) = known.get(section).and_then(Value::as_object) else {
+            return Err(FieldError::new(
+                section,
+                "",
+                "unknown section: expected adaptive, scheduler or failure",
+            ));
+        };
+        if !(fields.is_object() || fields.is_null()) {
+            return Err(FieldError::new(
+                section,
+                fields,
+                "must be an object (or null to drop the saved section)",
+            ));
+        }
+        for field in fields.as_object().into_iter().flat_map(|f| f.keys()) {
+            if !known_fields.contains_key(field) {
+                let expected: Vec<&str> = known_fields.keys().map(String::as_str).collect();
+                return Err(FieldError::new(
+                    format!("{section}.{field}"),
+                    "",
+                    format!("unknown field {field:?}; expected one of {}", expected.join(", ")),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Deserialize settings, naming the field of the first error.
@@ -172,9 +218,50 @@ mod tests {
     }
 
     #[test]
+    fn unknown_sections_and_fields_are_refused_even_when_null() {
+        let l = layers();
+        for (patch, field) in [
+            (json!({"": null}), ""),
+            (json!({"adaptiv": {"enabled": true}}), "adaptiv"),
+            (json!({"scheduler": {"wokers": null}}), "scheduler.wokers"),
+            (json!({"failure": []}), "failure"),
+            (json!({"adaptive": [false, "1s"]}), "adaptive"),
+            (json!({"scheduler": 3}), "scheduler"),
+        ] {
+            match l.propose(&patch) {
+                Err(SettingsError::Invalid(e)) => assert_eq!(e[0].field, field, "{patch}: {e:?}"),
+                other => panic!("{patch}: {other:?}"),
+            }
+        }
+        // Null known fields and sections drop the saved value: accepted.
+        let (saved, _) = l
+            .propose(&json!({"scheduler": {"workers": null}, "failure": null}))
+            .expect("valid");
+        assert_eq!(saved, json!({"scheduler": {}}));
+    }
+
+    #[test]
+    fn a_null_field_brings_back_the_config_file_value() {
+        let mut l = layers();
+        l.file.scheduler.workers = 8;
+        // Nothing saved yet: the null must not hide the file's value.
+        let (saved, s) = l.propose(&json!({"scheduler": {"workers": null}})).expect("valid");
+        assert_eq!(s.scheduler.workers, 8, "{saved}");
+        l.saved = json!({"scheduler": {"workers": 4}});
+        assert_eq!(l.effective().expect("valid").scheduler.workers, 4);
+        let (saved, s) = l.propose(&json!({"scheduler": {"workers": null}})).expect("valid");
+        assert_eq!(s.scheduler.workers, 8);
+        assert_eq!(saved, json!({"scheduler": {}}));
+    }
+
+    #[test]
     fn merge_patch_removes_nulls() {
         let mut t = json!({"a": {"b": 1, "c": 2}});
         merge(&mut t, &json!({"a": {"b": null, "d": 3}}));
         assert_eq!(t, json!({"a": {"c": 2, "d": 3}}));
+        // RFC 7386: an object patched onto a scalar or a missing member.
+        let mut t = json!({"a": 1});
+        merge(&mut t, &json!({"a": {"x": null, "y": 2}, "b": {"z": null}}));
+        assert_eq!(t, json!({"a": {"y": 2}, "b": {}}));
     }
 }

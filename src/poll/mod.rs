@@ -404,7 +404,7 @@ fn request_headers(auth: &Auth) -> Result<HeaderMap, PollError> {
         Ok(value)
     };
     match auth {
-        Auth::None | Auth::Basic { .. } => {}
+        Auth::None {} | Auth::Basic { .. } => {}
         Auth::Bearer { token } => {
             headers.insert(AUTHORIZATION, secret(format!("Bearer {token}"), "the bearer token")?);
         }

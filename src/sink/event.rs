@@ -99,7 +99,7 @@ use std::time::Duration;
 
 /// `2026-11-30T04:40:00.123Z`: RFC 3339 UTC with milliseconds.
 pub fn rfc3339_millis(t: Timestamp) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(t.0)).to_string()
+    t.to_rfc3339_millis()
 }
 
 fn ser_time<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {

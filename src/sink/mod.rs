@@ -389,19 +389,17 @@ impl Sink {
 
     /// POST one `test` event now, outside the queue and its counters, and
     /// report how it went (for a "send test event" button).
-    pub async fn send_test(&self, actor: &str) -> Result<(), String> {
+    pub async fn send_test(&self, actor: &str) -> Result<(), SendError> {
         let (target, timeout) = {
             let st = lock(&self.inner.state);
             match &st.target {
                 Some(t) => (t.clone(), st.request_timeout),
-                None => return Err(SendError::Disabled.to_string()),
+                None => return Err(SendError::Disabled),
             }
         };
         let line = Event::test(Timestamp::now(), actor, "test event from Pollster").to_line();
         let lines: Arc<[String]> = Arc::from(vec![line]);
-        post(&self.inner.client, &target, lines, timeout)
-            .await
-            .map_err(|e| e.to_string())
+        post(&self.inner.client, &target, lines, timeout).await
     }
 
     /// Stop the driver and flush what is held, in batches, stopping at the

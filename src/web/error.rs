@@ -107,6 +107,15 @@ where
     }
 }
 
+/// Read a struct from a document that must be one JSON object: serde would
+/// also read an array as the struct's fields in order, which no client means.
+pub fn from_json_object<T: serde::de::DeserializeOwned>(doc: &serde_json::Value) -> Result<T, ApiError> {
+    if !doc.is_object() {
+        return Err(ApiError::invalid(FieldError::new("", doc, "expected a JSON object")));
+    }
+    parse_json(&serde_json::to_vec(doc).unwrap_or_default())
+}
+
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
@@ -115,8 +124,23 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
         if inner.is_syntax() || inner.is_eof() {
             return ApiError::new(StatusCode::BAD_REQUEST, "bad_json", format!("invalid JSON: {inner}"));
         }
-        let field = if path == "." { String::new() } else { path };
         let msg = strip_position(&inner.to_string());
+        let mut field = if path == "." { String::new() } else { path };
+        // serde reports a missing field at the object that lacks it; name
+        // the field itself.
+        if let Some(missing) = msg.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
+            field = if field.is_empty() {
+                missing.to_string()
+            } else {
+                format!("{field}.{missing}")
+            };
+            return ApiError {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                code: "invalid",
+                message: format!("{field}: is required"),
+                field: Some(field),
+            };
+        }
         ApiError {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             code: "invalid",
@@ -126,6 +150,53 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
                 format!("{field}: {msg}")
             },
             field: Some(field),
+        }
+    })
+}
+
+/// Query-string extractor whose errors come back as our error shape (axum's
+/// default is plain text): a parameter given twice is 400 naming it, a value
+/// of the wrong type is 422 naming the parameter.
+pub struct QueryParams<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for QueryParams<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parse_query(parts.uri.query().unwrap_or("")).map(QueryParams)
+    }
+}
+
+pub fn parse_query<T: serde::de::DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    let mut seen = std::collections::HashSet::new();
+    for (name, _) in form_urlencoded::parse(query.as_bytes()) {
+        if !seen.insert(name.clone()) {
+            return Err(ApiError {
+                field: Some(name.to_string()),
+                ..ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_query",
+                    format!("query parameter {name:?} is given more than once"),
+                )
+            });
+        }
+    }
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            return ApiError::new(StatusCode::BAD_REQUEST, "bad_query", format!("invalid query: {inner}"));
+        }
+        ApiError {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: "invalid",
+            message: format!("{path}: {inner}"),
+            field: Some(path),
         }
     })
 }

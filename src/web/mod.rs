@@ -137,10 +137,12 @@ pub fn session_layer(store: crate::store::Store) -> SessionManagerLayer<session_
 }
 
 pub fn router(state: AppState) -> Router {
+    // Route layers: a method a page does not serve is a plain 405 (with
+    // `Allow`), not a login redirect or a CSRF refusal.
     let protected = pages::protected()
-        .layer(axum::middleware::from_fn(auth::csrf_form))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_login));
-    let public = pages::public().layer(axum::middleware::from_fn(auth::csrf_form));
+        .route_layer(axum::middleware::from_fn(auth::csrf_form))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_login));
+    let public = pages::public().route_layer(axum::middleware::from_fn(auth::csrf_form));
     Router::new()
         .route("/healthz", get(api::health::healthz))
         .route("/readyz", get(api::health::readyz))
@@ -149,11 +151,17 @@ pub fn router(state: AppState) -> Router {
         .merge(protected)
         .nest("/api", api_router(state.clone()))
         .fallback(page_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(session_layer(state.shared.store.clone()))
         // Outside the session layer, so it sees the cookie that layer sets.
         .layer(axum::middleware::from_fn_with_state(state.clone(), secure_cookie))
         .layer(axum::extract::DefaultBodyLimit::max(1024 * 1024))
         .with_state(state)
+}
+
+/// A known path asked with a method it does not serve (axum adds `Allow`).
+async fn method_not_allowed() -> StatusCode {
+    StatusCode::METHOD_NOT_ALLOWED
 }
 
 /// Unknown pages: a login first, then a plain 404.

@@ -219,7 +219,16 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
 pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Result<(), Vec<ApiError>> {
     if let Some(o) = patch.as_object_mut() {
         // Echoing back a GET document is allowed: `locked` is informational.
-        o.remove("locked");
+        match o.remove("locked") {
+            None | Some(Value::Object(_)) => {}
+            Some(other) => {
+                return Err(vec![ApiError::invalid(FieldError::new(
+                    "locked",
+                    &other,
+                    "must be an object like the one GET returns (it is ignored)",
+                ))]);
+            }
+        }
     }
     let _edit = app.shared.settings_edit.lock().await;
     let proposal = crate::engine::lock(&app.shared.settings).propose(&patch);
@@ -343,7 +352,27 @@ pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Opti
     let _edit = app.shared.settings_edit.lock().await;
     let locked = crate::engine::lock(&app.shared.settings).env.locked_sink();
     let current = crate::engine::lock(&app.shared.sink_config).clone();
-    let off = patch.is_null() || patch.get("enabled") == Some(&Value::Bool(false));
+    let enabled = match patch.get("enabled") {
+        None => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            return Err(ApiError::invalid(FieldError::new(
+                "enabled",
+                other,
+                "must be true or false",
+            )));
+        }
+    };
+    if enabled == Some(false)
+        && let Some(other) = patch.as_object().and_then(|o| o.keys().find(|k| *k != "enabled"))
+    {
+        return Err(ApiError::invalid(FieldError::new(
+            other,
+            "",
+            "cannot be set while turning the sink off with enabled: false",
+        )));
+    }
+    let off = patch.is_null() || enabled == Some(false);
     let next: Option<SinkConfig> = if off {
         if let Some(var) = locked.get("sink.url") {
             return Err(ApiError {

@@ -8,12 +8,18 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Numbers the temporary copies, so backups asked for at the same moment
+/// never share (and corrupt) one file.
+static BACKUP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 pub async fn backup(State(app): State<AppState>) -> Result<Response, ApiError> {
     let store = app.shared.store.clone();
     let dir = store.path().parent().map(|p| p.to_path_buf()).unwrap_or_default();
     let stamp = Timestamp::now();
-    let tmp = dir.join(format!(".backup-{}-{}.redb", std::process::id(), stamp.0));
+    let seq = BACKUP_SEQ.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".backup-{}-{}-{seq}.redb", std::process::id(), stamp.0));
     let path = tmp.clone();
     let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
         store.backup_to(&path)?;

@@ -6,8 +6,8 @@ use crate::model::TaskKey;
 use crate::sink::event::DeadLetterAction;
 use crate::web::AppState;
 use crate::web::auth::Principal;
-use crate::web::error::ApiError;
-use axum::extract::{Path, Query, State};
+use crate::web::error::{ApiError, QueryParams};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
@@ -20,9 +20,18 @@ pub struct Page {
 }
 
 pub const MAX_PER_PAGE: usize = 500;
+/// Far past any real queue; bounds the arithmetic.
+pub const MAX_PAGE: usize = 1_000_000;
 
-pub async fn list(State(app): State<AppState>, Query(p): Query<Page>) -> Result<Json<Value>, ApiError> {
-    let page = p.page.unwrap_or(1).max(1);
+pub async fn list(State(app): State<AppState>, QueryParams(p): QueryParams<Page>) -> Result<Json<Value>, ApiError> {
+    let page = p.page.unwrap_or(1);
+    if page == 0 || page > MAX_PAGE {
+        return Err(ApiError::invalid(crate::model::FieldError::new(
+            "page",
+            page,
+            format!("must be between 1 and {MAX_PAGE}"),
+        )));
+    }
     let per_page = p.per_page.unwrap_or(50);
     if per_page == 0 || per_page > MAX_PER_PAGE {
         return Err(ApiError::invalid(crate::model::FieldError::new(
@@ -35,7 +44,7 @@ pub async fn list(State(app): State<AppState>, Query(p): Query<Page>) -> Result<
     let all = s.dead_letters();
     let tasks: Vec<Value> = all
         .iter()
-        .skip((page - 1) * per_page)
+        .skip((page - 1).saturating_mul(per_page))
         .take(per_page)
         .map(|t| dead_letter_json(t))
         .collect();

@@ -5,9 +5,9 @@
 use crate::model::{Auth, FieldError, InstanceConfig};
 use crate::web::AppState;
 use crate::web::auth::Principal;
-use crate::web::error::{ApiError, JsonBody, parse_json};
+use crate::web::error::{ApiError, JsonBody, QueryParams, from_json_object};
 use crate::web::ops;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 pub fn instance_json(i: &InstanceConfig, provisioned: bool) -> Value {
     let mut v = serde_json::to_value(i).unwrap_or(Value::Null);
     let auth = match &i.auth {
-        Auth::None => json!({"kind": "none"}),
+        Auth::None {} => json!({"kind": "none"}),
         Auth::Bearer { .. } => json!({"kind": "bearer"}),
         Auth::Header { name, .. } => json!({"kind": "header", "name": name}),
         Auth::Basic { username, .. } => json!({"kind": "basic", "username": username}),
@@ -36,7 +36,7 @@ pub struct ListQuery {
     pub type_name: Option<String>,
 }
 
-pub async fn list(State(app): State<AppState>, Query(q): Query<ListQuery>) -> Json<Value> {
+pub async fn list(State(app): State<AppState>, QueryParams(q): QueryParams<ListQuery>) -> Json<Value> {
     let cat = app.shared.catalog();
     let items: Vec<Value> = cat
         .instances
@@ -63,8 +63,9 @@ pub async fn get(State(app): State<AppState>, Path(name): Path<String>) -> Resul
 pub async fn create(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
-    JsonBody(i): JsonBody<InstanceConfig>,
+    JsonBody(doc): JsonBody<Value>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let i: InstanceConfig = from_json_object(&doc)?;
     ops::create_instance(&app, i.clone(), &who.actor()).await?;
     Ok((StatusCode::CREATED, Json(instance_json(&i, false))))
 }
@@ -73,12 +74,11 @@ pub async fn update(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
     Path(name): Path<String>,
-    body: axum::body::Bytes,
+    JsonBody(mut doc): JsonBody<Value>,
 ) -> Result<Json<Value>, ApiError> {
     if !app.shared.catalog().instances.contains_key(&name) {
         return Err(ApiError::not_found(format!("no instance named {name:?}")));
     }
-    let mut doc: Value = parse_json(&body)?;
     let Some(obj) = doc.as_object_mut() else {
         return Err(ApiError::invalid(FieldError::new("", "", "expected a JSON object")));
     };
@@ -87,7 +87,7 @@ pub async fn update(
     }
     // Credentials are write-only: a PUT without `auth` keeps the stored ones.
     let keep_auth = !obj.contains_key("auth");
-    let i: InstanceConfig = parse_json(&serde_json::to_vec(&doc).unwrap_or_default())?;
+    let i: InstanceConfig = from_json_object(&doc)?;
     let i = ops::update_instance(&app, &name, i, keep_auth, &who.actor()).await?;
     Ok(Json(instance_json(&i, false)))
 }

@@ -1,11 +1,26 @@
 //! `GET /api/openapi.json`: an OpenAPI 3 description of the JSON API. The
 //! router test walks this document, so a route missing here fails a test.
 
+use crate::web::AppState;
 use axum::Json;
+use axum::extract::State;
 use serde_json::{Value, json};
+
+/// A duration as the settings write and show it: `250ms`, `10s`, `1h30m`,
+/// `2days` (the parser also takes spaces and longer unit names).
+pub const DURATION_PATTERN: &str = "^([0-9]{1,9}(ns|us|ms|s|m|h|d|days?|w|weeks?|months?|y|years?))+$";
+/// A duration above zero: the first number is not 0.
+pub const POSITIVE_DURATION_PATTERN: &str = "^[1-9][0-9]{0,8}(ns|us|ms|s|m|h|d|days?|w|weeks?|months?|y|years?)([0-9]{1,9}(ns|us|ms|s|m|h|d|days?|w|weeks?|months?|y|years?))*$";
+/// Names of instances and pools ([`crate::model::valid_name`]).
+pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$";
 
 fn err(desc: &str) -> Value {
     json!({"description": desc, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
+/// 422: the error names the field (`""` for the whole body).
+fn invalid(desc: &str) -> Value {
+    json!({"description": desc, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/FieldError"}}}})
 }
 
 fn ok(desc: &str, schema: Value) -> Value {
@@ -23,7 +38,38 @@ fn name_param() -> Value {
     json!([{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}])
 }
 
-pub fn document() -> Value {
+/// Links from a response carrying an instance name to the operations on it.
+fn instance_links(pointer: &str) -> Value {
+    let name = json!({"name": format!("$response.body#{pointer}")});
+    json!({
+        "GetInstance": {"operationId": "getInstance", "parameters": name},
+        "UpdateInstance": {"operationId": "updateInstance", "parameters": name},
+        "TestInstance": {"operationId": "testInstance", "parameters": name},
+        "DeleteInstance": {"operationId": "deleteInstance", "parameters": name}
+    })
+}
+
+/// Links from a response carrying a task (`instance`, `group`) to the
+/// operations on it.
+fn task_links(pointer: &str, ops: &[(&str, &str)]) -> Value {
+    let params = json!({
+        "instance": format!("$response.body#{pointer}/instance"),
+        "group": format!("$response.body#{pointer}/group")
+    });
+    let mut links = serde_json::Map::new();
+    for (name, op) in ops {
+        links.insert(name.to_string(), json!({"operationId": op, "parameters": params}));
+    }
+    Value::Object(links)
+}
+
+fn with_links(mut response: Value, links: Value) -> Value {
+    response["links"] = links;
+    response
+}
+
+/// The document for an appliance whose instances may have these types.
+pub fn document(types: &[&str]) -> Value {
     let r = |s: &str| json!({"$ref": format!("#/components/schemas/{s}")});
     let unauthorized = err("missing or invalid API token");
     json!({
@@ -41,10 +87,14 @@ pub fn document() -> Value {
             "/api/monitoring/scheduler/dead-letter": {"get": {
                 "summary": "Dead-letter queue, most recent first", "operationId": "listDeadLetter",
                 "parameters": [
-                    {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+                    {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1_000_000}},
                     {"name": "per_page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}}
                 ],
-                "responses": {"200": ok("entries", r("DeadLetterPage")), "400": err("bad query"), "401": unauthorized, "422": err("invalid parameter")}}},
+                "responses": {
+                    "200": with_links(ok("entries", r("DeadLetterPage")), task_links("/tasks/0",
+                        &[("RetryDeadLetter", "retryDeadLetter"), ("DiscardDeadLetter", "discardDeadLetter")])),
+                    "400": err("a query parameter given twice (named in `field`)"), "401": unauthorized,
+                    "422": invalid("invalid query parameter (named in `field`)")}}},
             "/api/monitoring/scheduler/dead-letter/{instance}/{group}/retry": {"post": {
                 "summary": "Probe a dead-lettered task now", "operationId": "retryDeadLetter",
                 "parameters": task_params(),
@@ -53,7 +103,7 @@ pub fn document() -> Value {
             "/api/monitoring/scheduler/dead-letter/{instance}/{group}": {"delete": {
                 "summary": "Discard a dead-lettered task (the task is disabled until enabled again)", "operationId": "discardDeadLetter",
                 "parameters": task_params(),
-                "responses": {"200": ok("discarded", r("TaskState")), "401": unauthorized,
+                "responses": {"200": with_links(ok("discarded", r("TaskState")), task_links("", &[("EnableTask", "enableTask")])), "401": unauthorized,
                     "404": err("no such task"), "409": err("not in the dead-letter queue, or running now")}}},
             "/api/monitoring/scheduler/tasks/{instance}/{group}/enable": {"post": {
                 "summary": "Enable a discarded task again", "operationId": "enableTask",
@@ -65,36 +115,44 @@ pub fn document() -> Value {
             "/api/settings/sink": {
                 "get": {"summary": "Event sink settings (header values hidden), locked fields and live state", "operationId": "getSink",
                     "responses": {"200": ok("sink", r("SinkDocument")), "401": unauthorized}},
-                "put": {"summary": "Change the event sink (partial [sink] document; null turns it off; a header sent as (hidden) keeps its value)", "operationId": "putSink",
-                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "nullable": true}}}},
+                "put": {"summary": "Change the event sink (partial [sink] document over the sink in force; null or {\"enabled\": false} turns it off; a header sent as (hidden) keeps its value)", "operationId": "putSink",
+                    "requestBody": {"required": true, "content": {"application/json": {"schema": r("SinkPatch")}}},
                     "responses": {"200": ok("sink in force", r("SinkDocument")), "400": err("not JSON"), "401": unauthorized,
-                        "409": err("a field is locked by an environment variable"), "422": err("invalid value, naming the field")}}
+                        "409": err("a field is locked by an environment variable"), "422": invalid("invalid value, naming the field")}}
             },
             "/api/settings/sink/test": {"post": {
-                "summary": "Send one test event now, outside the queue", "operationId": "testSink",
-                "responses": {"200": ok("delivered", json!({"type": "object", "properties": {"ok": {"type": "boolean"}}})), "401": unauthorized,
-                    "502": err("not delivered (sink off, destination failed or unreachable)")}}},
+                "summary": "Send one test event now, outside the queue, and say whether the destination took it", "operationId": "testSink",
+                "responses": {"200": ok("the test ran: `ok` says whether the event was delivered, `error` why not",
+                        json!({"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}, "error": {"type": "string"}}})),
+                    "401": unauthorized, "409": err("no event sink is configured (code sink_disabled)")}}},
             "/api/budgets": {"get": {
                 "summary": "Budget pools with their configured and effective budgets", "operationId": "listBudgets",
                 "responses": {"200": ok("pools", json!({"type": "object", "required": ["budgets"], "properties": {"budgets": {"type": "array", "items": r("Budget")}}})), "401": unauthorized}}},
             "/api/budgets/{name}": {"put": {
                 "summary": "Change or create a budget pool (partial document; applies at once, survives restarts)", "operationId": "putBudget",
-                "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "parameters": [{"name": "name", "in": "path", "required": true, "schema": r("Name")}],
                 "requestBody": {"required": true, "content": {"application/json": {"schema": r("BudgetPatch")}}},
                 "responses": {"200": ok("the pool in force", r("Budget")), "400": err("not JSON"), "401": unauthorized,
                     "409": err("the change would push the pool over its target with no profile set (code over_budget)"),
-                    "422": err("invalid value, naming the field")}}},
+                    "422": invalid("invalid value (a new pool needs requests_per_second), naming the field")}}},
             "/status": {"get": {
                 "summary": "The plan page; with format=json the same document as listGroups", "operationId": "status",
-                "parameters": [{"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["json"]}}],
-                "responses": {"200": ok("plan (HTML, or JSON with format=json)", r("Plan")), "401": unauthorized}}},
+                "parameters": [{"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["html", "json"], "default": "html"}}],
+                "responses": {
+                    "200": {"description": "the plan: an HTML page, or with format=json the same document as listGroups", "content": {
+                        "application/json": {"schema": r("Plan")},
+                        "text/html": {"schema": {"type": "string"}}}},
+                    "303": {"description": "no token and no session, and not format=json: a browser is sent to /login (or /setup before an admin exists)",
+                        "headers": {"Location": {"required": true, "schema": {"type": "string"}}}},
+                    "400": err("a query parameter given twice (named in `field`)"), "401": unauthorized,
+                    "422": invalid("unknown format (field `format`)")}}},
             "/api/settings/monitoring": {
                 "get": {"summary": "Monitoring settings", "operationId": "getMonitoringSettings",
                     "responses": {"200": ok("settings", r("MonitoringSettings")), "401": unauthorized}},
-                "put": {"summary": "Change monitoring settings (partial document; applies at once)", "operationId": "putMonitoringSettings",
+                "put": {"summary": "Change monitoring settings (a JSON merge patch of the saved settings: omitted fields keep their value, null drops the saved value so the config file's or the default applies; validated as a whole, saved, applied at once)", "operationId": "putMonitoringSettings",
                     "requestBody": {"required": true, "content": {"application/json": {"schema": r("MonitoringSettingsPatch")}}},
                     "responses": {"200": ok("settings in force", r("MonitoringSettings")), "400": err("not JSON"), "401": unauthorized,
-                        "409": err("a field is locked by an environment variable, or the settings would push a budget pool with no profile over its target (code over_budget)"), "422": err("invalid value, naming the field")}}
+                        "409": err("a field is locked by an environment variable, or the settings would push a budget pool with no profile over its target (code over_budget)"), "422": invalid("invalid value, naming the field")}}
             },
             "/api/instances": {
                 "get": {"summary": "List instances", "operationId": "listInstances",
@@ -102,11 +160,14 @@ pub fn document() -> Value {
                         {"name": "q", "in": "query", "schema": {"type": "string"}},
                         {"name": "type", "in": "query", "schema": {"type": "string"}}
                     ],
-                    "responses": {"200": ok("instances", json!({"type": "object", "required": ["count", "instances"], "properties": {"count": {"type": "integer"}, "instances": {"type": "array", "items": r("Instance")}}})), "400": err("bad query"), "401": unauthorized}},
+                    "responses": {
+                        "200": with_links(ok("instances", json!({"type": "object", "required": ["count", "instances"], "properties": {"count": {"type": "integer"}, "instances": {"type": "array", "items": r("Instance")}}})),
+                            instance_links("/instances/0/name")),
+                        "400": err("a query parameter given twice (named in `field`)"), "401": unauthorized}},
                 "post": {"summary": "Add an instance", "operationId": "createInstance",
                     "requestBody": {"required": true, "content": {"application/json": {"schema": r("InstanceInput")}}},
-                    "responses": {"201": ok("created", r("Instance")), "400": err("not JSON"), "401": unauthorized,
-                        "409": err("duplicate name, or the change would push a budget pool with no profile over its target (code over_budget)"), "422": err("invalid field, named")}}
+                    "responses": {"201": with_links(ok("created", r("Instance")), instance_links("/name")), "400": err("not JSON"), "401": unauthorized,
+                        "409": err("duplicate name, or the change would push a budget pool with no profile over its target (code over_budget)"), "422": invalid("invalid field, named")}}
             },
             "/api/instances/{name}": {
                 "parameters": name_param(),
@@ -115,14 +176,14 @@ pub fn document() -> Value {
                 "put": {"summary": "Replace an instance (omit `auth` to keep the stored credentials)", "operationId": "updateInstance",
                     "requestBody": {"required": true, "content": {"application/json": {"schema": r("InstanceUpdate")}}},
                     "responses": {"200": ok("updated", r("Instance")), "400": err("not JSON"), "401": unauthorized, "404": err("no such instance"),
-                        "409": err("provisioned by the config file, or over budget (code over_budget)"), "422": err("invalid field, named")}},
+                        "409": err("provisioned by the config file, or over budget (code over_budget)"), "422": invalid("invalid field, named")}},
                 "delete": {"summary": "Delete an instance", "operationId": "deleteInstance",
                     "responses": {"204": {"description": "deleted"}, "401": unauthorized, "404": err("no such instance"), "409": err("provisioned by the config file")}}
             },
             "/api/instances/{name}/test": {"post": {
                 "summary": "Poll every group of the instance once, now, and show the classified results", "operationId": "testInstance",
                 "parameters": name_param(),
-                "responses": {"200": ok("results", json!({"type": "object"})), "401": unauthorized, "404": err("no such instance")}}},
+                "responses": {"200": ok("results", r("InstanceTest")), "401": unauthorized, "404": err("no such instance")}}},
             "/api/admin/backup": {"get": {
                 "summary": "Consistent copy of the database", "operationId": "backup",
                 "responses": {"200": {"description": "redb file", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}, "401": unauthorized}}},
@@ -132,14 +193,16 @@ pub fn document() -> Value {
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": schemas()
+            "schemas": schemas(types)
         }
     })
 }
 
-fn schemas() -> Value {
+fn schemas(types: &[&str]) -> Value {
     let ts = json!({"type": "string", "format": "date-time", "nullable": true});
-    let duration = json!({"type": "string", "pattern": "^[0-9].*$", "example": "10s"});
+    let duration = json!({"type": "string", "pattern": POSITIVE_DURATION_PATTERN, "example": "10s"});
+    let duration_or_zero = json!({"type": "string", "pattern": DURATION_PATTERN, "example": "0s"});
+    let name = json!({"$ref": "#/components/schemas/Name"});
     let task_ref = json!({
         "instance": {"type": "string"}, "type": {"type": "string"}, "group": {"type": "string"}
     });
@@ -169,30 +232,60 @@ fn schemas() -> Value {
     stale_props["score"] = json!({"type": "number", "minimum": 0, "maximum": 1});
     stale_props["lastSuccess"] = ts.clone();
 
-    let auth = json!({"type": "object", "required": ["kind"], "properties": {
+    // Credentials in: one object per kind, every part required (write-only).
+    let printable = json!({"type": "string", "pattern": "^[ -~]*$"});
+    let secret = json!({"type": "string", "minLength": 1, "pattern": "^[ -~]+$"});
+    let auth_kind = |kind: &str, parts: Value| {
+        let mut props = json!({"kind": {"type": "string", "enum": [kind]}});
+        let mut required = vec![json!("kind")];
+        for (k, v) in parts.as_object().into_iter().flatten() {
+            props[k] = v.clone();
+            required.push(json!(k));
+        }
+        json!({"type": "object", "additionalProperties": false, "required": required, "properties": props})
+    };
+    let auth_in = json!({"oneOf": [
+        auth_kind("none", json!({})),
+        auth_kind("bearer", json!({"token": secret})),
+        auth_kind("header", json!({"name": {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}, "value": printable})),
+        auth_kind("basic", json!({"username": {"type": "string", "pattern": "^[ -9;-~]+$"}, "password": printable})),
+        auth_kind("pve_token", json!({
+            "user": {"type": "string", "pattern": "^[ \\x22-~]*@[ \\x22-~]*$"},
+            "token_id": {"type": "string", "pattern": "^[ -<>-~]+$"},
+            "secret": secret}))
+    ]});
+    // Credentials out: the kind and the parts that are not secret.
+    let auth_out = json!({"type": "object", "required": ["kind"], "properties": {
         "kind": {"type": "string", "enum": ["none", "bearer", "header", "basic", "pve_token"]},
-        "token": {"type": "string"}, "name": {"type": "string"}, "value": {"type": "string"},
-        "username": {"type": "string"}, "password": {"type": "string"},
-        "user": {"type": "string"}, "token_id": {"type": "string"}, "secret": {"type": "string"}
+        "name": {"type": "string"}, "username": {"type": "string"},
+        "user": {"type": "string"}, "token_id": {"type": "string"}
     }});
+    let labels = json!({"type": "object", "additionalProperties": {"type": "string", "maxLength": 256}});
+    let shape = json!({"type": "object", "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 1_000_000},
+        "description": "shape counts for planning before they are learned, e.g. {\"nodes\": 12}"});
+    let fingerprint = json!({"type": "string", "pattern": "^([0-9A-Fa-f]:?){63}[0-9A-Fa-f]$",
+        "description": "SHA-256 of the certificate's DER bytes, hex, colons allowed"});
     let instance_props = json!({
-        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
-        "type": {"type": "string"},
-        "url": {"type": "string"},
+        "name": name,
+        "type": {"type": "string", "enum": types, "description": "a built-in, preset or configured type (default http)"},
+        "url": {"type": "string", "pattern": "^https?://[^/?#]+", "description": "an http:// or https:// URL with a host"},
         "timeout": duration,
-        "budget": {"type": "string"},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "budget": {"type": "string", "nullable": true, "description": "a configured budget pool"},
+        "labels": labels,
         "enabled": {"type": "boolean"},
-        "auth": auth,
+        "auth": auth_in,
         "tls_verify": {"type": "boolean"},
-        "tls_fingerprint": {"type": "string"},
-        "max_response_bytes": {"type": "integer", "minimum": 1, "maximum": 1073741824}
+        "tls_fingerprint": {"type": "string", "nullable": true, "pattern": fingerprint["pattern"], "description": fingerprint["description"]},
+        "max_response_bytes": {"type": "integer", "minimum": 1, "maximum": 1073741824},
+        "shape": shape
     });
     let mut instance_out = instance_props.clone();
     instance_out["provisioned"] = json!({"type": "boolean"});
+    instance_out["auth"] = auth_out;
+    instance_out["budget"] = json!({"type": "string"});
+    instance_out["tls_fingerprint"] = json!({"type": "string"});
     let mut update_props = instance_props.clone();
-    update_props.as_object_mut().map(|o| o.remove("name"));
-    update_props["name"] = json!({"type": "string"});
+    update_props["name"] = json!({"type": "string", "description": "if given, must equal the name in the path"});
 
     let adaptive = json!({"type": "object", "additionalProperties": false, "properties": {
         "enabled": {"type": "boolean"}, "base_interval": duration, "min_interval": duration, "max_interval": duration}});
@@ -242,7 +335,7 @@ fn schemas() -> Value {
         "SinkDocument": {"type": "object", "required": ["sink", "locked", "status"], "properties": {
             "sink": {"type": "object", "nullable": true, "properties": {
                 "url": {"type": "string"}, "headers": {"type": "object", "additionalProperties": {"type": "string", "enum": ["(hidden)"]}},
-                "batch_size": {"type": "integer"}, "buffering": duration.clone(), "retry_limit": duration.clone(),
+                "batch_size": {"type": "integer"}, "buffering": duration.clone(), "retry_limit": duration_or_zero.clone(),
                 "queue_limit": {"type": "integer"}, "gzip": {"type": "boolean"}}},
             "locked": {"type": "object", "additionalProperties": {"type": "string"}},
             "status": {"type": "object", "properties": {
@@ -253,9 +346,38 @@ fn schemas() -> Value {
             "properties": {"name": {"type": "string"}, "requests_per_second": num, "shared_fraction": num,
                 "burst": {"type": "integer"}, "budget_rps": num, "effective_budget_rps": num, "instances": {"type": "integer"}}},
         "BudgetPatch": {"type": "object", "additionalProperties": false,
-            "properties": {"name": {"type": "string"}, "requests_per_second": {"type": "number", "exclusiveMinimum": 0},
-                "shared_fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "description": "the fields to change; a new pool needs requests_per_second",
+            "properties": {"name": {"type": "string", "description": "if given, must equal the name in the path"},
+                "requests_per_second": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1_000_000},
+                "shared_fraction": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1},
                 "burst": {"type": "integer", "minimum": 1, "maximum": 100}}},
+        "Name": {"type": "string", "pattern": NAME_PATTERN,
+            "description": "1-64 letters, digits, '-', '_' or '.', starting with a letter or digit"},
+        "SinkPatch": {"nullable": true, "description": "null turns the sink off", "oneOf": [
+            {"type": "object", "additionalProperties": false, "required": ["enabled"],
+                "description": "turn the sink off",
+                "properties": {"enabled": {"type": "boolean", "enum": [false]}}},
+            {"type": "object", "additionalProperties": false,
+                "description": "the fields to change over the sink in force (url is needed when none is)",
+                "properties": {
+                    "enabled": {"type": "boolean", "enum": [true]},
+                    "url": {"type": "string", "pattern": "^https?://[^/?#]+"},
+                    "headers": {"type": "object", "additionalProperties": {"type": "string", "pattern": "^[ -~]*$"},
+                        "description": "replaces the headers; a value of (hidden) keeps the stored one"},
+                    "batch_size": {"type": "integer", "minimum": 1, "maximum": 100_000},
+                    "buffering": duration.clone(), "retry_limit": duration_or_zero.clone(),
+                    "queue_limit": {"type": "integer", "minimum": 1, "maximum": 10_000_000},
+                    "gzip": {"type": "boolean"}}}]},
+        "InstanceTest": {"type": "object", "required": ["instance", "results"], "properties": {
+            "instance": {"type": "string"},
+            "results": {"type": "array", "items": {"type": "object", "required": ["group", "ok", "status", "durationMs"], "properties": {
+                "group": {"type": "string"}, "ok": {"type": "boolean"},
+                "status": {"type": "integer", "nullable": true}, "durationMs": {"type": "integer", "minimum": 0},
+                "bytes": {"type": "integer", "minimum": 0},
+                "error": {"type": "object", "required": ["category", "kind", "message"], "properties": {
+                    "category": {"type": "string", "enum": ["transient", "permanent"]},
+                    "kind": {"type": "string", "enum": ["timeout", "connect", "dns", "http", "rate_limited", "tls", "body", "invalid_url", "invalid_credentials", "other"]},
+                    "message": {"type": "string"}}}}}}}},
         "Plan": {"type": "object", "required": ["updatedAt", "solved_at", "pools"], "properties": {
             "updatedAt": {"type": "string", "format": "date-time"},
             "solved_at": {"type": "string", "format": "date-time"},
@@ -263,6 +385,10 @@ fn schemas() -> Value {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {
             "type": "object", "required": ["code", "message"],
             "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}}}}},
+        "FieldError": {"type": "object", "required": ["error"], "properties": {"error": {
+            "type": "object", "required": ["code", "message", "field"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                "field": {"type": "string", "description": "the invalid field, dotted (`scheduler.workers`); empty for the whole body"}}}}},
         "Health": {"type": "object", "required": ["updatedAt", "enabled", "queue", "deadLetter", "breakers", "staleness"], "properties": {
             "updatedAt": {"type": "string", "format": "date-time"},
             "enabled": {"type": "boolean"},
@@ -286,12 +412,27 @@ fn schemas() -> Value {
         "MonitoringSettings": {"type": "object", "required": ["adaptive", "scheduler", "failure", "locked"], "properties": {
             "adaptive": adaptive, "scheduler": scheduler, "failure": failure,
             "locked": {"type": "object", "additionalProperties": {"type": "string"}}}},
-        "MonitoringSettingsPatch": {"type": "object", "properties": {
-            "adaptive": adaptive, "scheduler": scheduler, "failure": failure,
-            "locked": {"type": "object"}}}
+        "MonitoringSettingsPatch": {"type": "object", "additionalProperties": false, "properties": {
+            "adaptive": nullable_leaves(&adaptive), "scheduler": nullable_leaves(&scheduler), "failure": nullable_leaves(&failure),
+            "locked": {"type": "object", "description": "ignored, so a GET document can be sent back"}}}
     })
 }
 
-pub async fn openapi() -> Json<Value> {
-    Json(document())
+/// A section of a merge patch: the section and each of its fields may be
+/// null (drop the saved value).
+fn nullable_leaves(section: &Value) -> Value {
+    let mut v = section.clone();
+    v["nullable"] = json!(true);
+    if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
+        for p in props.values_mut() {
+            p["nullable"] = json!(true);
+        }
+    }
+    v
+}
+
+pub async fn openapi(State(app): State<AppState>) -> Json<Value> {
+    let cat = app.shared.catalog();
+    let types: Vec<&str> = cat.types.keys().map(String::as_str).collect();
+    Json(document(&types))
 }

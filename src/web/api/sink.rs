@@ -2,11 +2,11 @@
 //! event sink's settings (header values write-only), the fields an
 //! environment variable sets, and its live state; a change applies at once.
 
+use crate::sink::SendError;
 use crate::web::auth::Principal;
 use crate::web::error::{ApiError, JsonBody};
 use crate::web::{AppState, ops};
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde_json::{Value, json};
 
@@ -33,10 +33,16 @@ pub async fn put(
     Ok(Json(sink_document(&app)))
 }
 
-/// Ship one `test` event now, outside the queue, and say how it went.
+/// Ship one `test` event now, outside the queue, and say how it went: the
+/// test itself succeeds (200) whether or not the destination took the event,
+/// like an instance test; with no sink there is nothing to test (409).
 pub async fn test(State(app): State<AppState>, Extension(who): Extension<Principal>) -> Result<Json<Value>, ApiError> {
     match app.shared.sink.send_test(&who.actor()).await {
         Ok(()) => Ok(Json(json!({"ok": true}))),
-        Err(message) => Err(ApiError::new(StatusCode::BAD_GATEWAY, "sink_failed", message)),
+        Err(e @ SendError::Disabled) => Err(ApiError::conflict(
+            "sink_disabled",
+            format!("{e}: configure one with PUT /api/settings/sink first"),
+        )),
+        Err(e) => Ok(Json(json!({"ok": false, "error": e.to_string()}))),
     }
 }

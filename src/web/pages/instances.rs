@@ -326,7 +326,7 @@ fn parse(form: &HashMap<String, String>) -> Result<(InstanceConfig, bool), Field
         _ => false,
     };
     let auth = match kind.as_str() {
-        "" | "none" => Auth::None,
+        "" | "none" => Auth::None {},
         "bearer" => Auth::Bearer {
             token: secret("auth_token"),
         },

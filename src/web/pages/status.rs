@@ -8,17 +8,28 @@ use super::{Layout, layout};
 use crate::engine::plan::{GroupView, PoolView, human_secs, profile_name};
 use crate::web::AppState;
 use crate::web::api::groups::{PlanDoc, plan_doc};
+use crate::web::error::QueryParams;
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tower_sessions::Session;
 
 #[derive(Debug, Deserialize)]
 pub struct StatusQuery {
-    pub format: Option<String>,
+    #[serde(default)]
+    pub format: Format,
+}
+
+/// `?format=`: the page (default) or the same data as JSON.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    #[default]
+    Html,
+    Json,
 }
 
 pub struct PoolCard {
@@ -102,9 +113,9 @@ fn card(v: PoolView) -> PoolCard {
     }
 }
 
-pub async fn page(State(app): State<AppState>, session: Session, Query(q): Query<StatusQuery>) -> Response {
+pub async fn page(State(app): State<AppState>, session: Session, QueryParams(q): QueryParams<StatusQuery>) -> Response {
     let doc = plan_doc(&app.shared);
-    if q.format.as_deref() == Some("json") {
+    if q.format == Format::Json {
         return Json(doc).into_response();
     }
     let cards = doc.pools.iter().cloned().map(card).collect();
