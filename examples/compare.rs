@@ -79,6 +79,9 @@ struct Row {
     p50_ms: f64,
     p99_ms: f64,
     fleet_cpu: f64,
+    /// Everything else the machine did meanwhile (other processes, this
+    /// harness, loopback interrupts): runs where it is high are disturbed.
+    other_cpu: f64,
 }
 
 fn main() {
@@ -116,9 +119,9 @@ fn table(args: &Args, rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| client | configured polls/s | achieved polls/s | CPU s per 1,000 polls | × floor | cores | RSS MiB | × floor | p50 lateness ms | p99 lateness ms | fleet cores |"
+        "| client | configured polls/s | achieved polls/s | CPU s per 1,000 polls | × floor | cores | RSS MiB | × floor | p50 lateness ms | p99 lateness ms | fleet cores | other cores |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let (cpu_x, rss_x) = match floor {
             Some(f) => (
@@ -129,7 +132,7 @@ fn table(args: &Args, rows: &[Row]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {:.0} | {:.4} | {} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} |",
+            "| {} | {:.0} | {:.0} | {:.4} | {} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.2} |",
             r.client,
             configured,
             r.polls as f64 / r.secs,
@@ -141,6 +144,7 @@ fn table(args: &Args, rows: &[Row]) -> String {
             r.p50_ms,
             r.p99_ms,
             r.fleet_cpu / r.secs,
+            r.other_cpu / r.secs,
         );
     }
     out
@@ -152,6 +156,8 @@ struct Mark {
     cpu: f64,
     hits: u64,
     fleet_cpu: f64,
+    /// Busy CPU time of the whole machine (all processes, interrupts).
+    machine_cpu: f64,
 }
 
 impl Mark {
@@ -161,6 +167,7 @@ impl Mark {
             cpu: cpu_secs(pid),
             hits: fleet.hits(),
             fleet_cpu: cpu_secs(fleet.child.id()),
+            machine_cpu: machine_busy_secs(),
         }
     }
 }
@@ -175,7 +182,24 @@ fn row(client: &str, a: &Mark, b: &Mark, pid: u32, (p50_ms, p99_ms): (f64, f64))
         p50_ms,
         p99_ms,
         fleet_cpu: b.fleet_cpu - a.fleet_cpu,
+        other_cpu: (b.machine_cpu - a.machine_cpu) - (b.cpu - a.cpu) - (b.fleet_cpu - a.fleet_cpu),
     }
+}
+
+/// Busy time of all cores from /proc/stat (user, nice, system, irq, softirq).
+fn machine_busy_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let t: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .take(7)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    let busy = t.first().unwrap_or(&0) + t.get(1).unwrap_or(&0) + t.get(2).unwrap_or(&0);
+    (busy + t.get(5).unwrap_or(&0) + t.get(6).unwrap_or(&0)) as f64 / CLK_TCK
 }
 
 fn run_floor(args: &Args, bin_dir: &Path, fleet: &Fleet) -> Row {
