@@ -28,8 +28,13 @@ pub struct AppState {
 }
 
 /// State of the browser side.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WebState {
+    /// Pages and documents that walk every task (the dashboard panels, the
+    /// health document) are built one at a time, on a blocking thread: on a
+    /// small machine, UI and API load then waits for its turn instead of
+    /// taking the cores the dispatcher and the polls need.
+    pub render_slot: tokio::sync::Semaphore,
     pub throttle: std::sync::Mutex<throttle::LoginThrottle>,
     /// Trust `X-Forwarded-For` / `X-Forwarded-Proto` (operator setting).
     pub trust_proxy: bool,
@@ -37,6 +42,18 @@ pub struct WebState {
     pub admin_known: std::sync::atomic::AtomicBool,
     /// Serialises first-run setup.
     pub setup_lock: tokio::sync::Mutex<()>,
+}
+
+impl Default for WebState {
+    fn default() -> Self {
+        WebState {
+            render_slot: tokio::sync::Semaphore::new(1),
+            throttle: Default::default(),
+            trust_proxy: false,
+            admin_known: Default::default(),
+            setup_lock: Default::default(),
+        }
+    }
 }
 
 impl WebState {
@@ -53,6 +70,17 @@ impl WebState {
 }
 
 impl AppState {
+    /// Build something that walks every task: one at a time, off the async
+    /// workers (see [`WebState::render_slot`]).
+    pub async fn render<T: Send + 'static>(&self, f: impl FnOnce(&AppState) -> T + Send + 'static) -> T {
+        let _slot = self.web.render_slot.acquire().await;
+        let app = self.clone();
+        match tokio::task::spawn_blocking(move || f(&app)).await {
+            Ok(v) => v,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
     pub fn new(shared: Arc<Shared>, web: WebState) -> Self {
         AppState {
             shared,

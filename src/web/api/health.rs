@@ -193,6 +193,6 @@ pub fn health_document(app: &AppState, now: Timestamp) -> Vec<u8> {
 pub async fn scheduler_health(State(app): State<AppState>) -> impl IntoResponse {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        health_document(&app, Timestamp::now()),
+        app.render(|app| health_document(app, Timestamp::now())).await,
     )
 }

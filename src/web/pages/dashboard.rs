@@ -316,7 +316,7 @@ pub async fn page(State(app): State<AppState>, session: Session, Query(q): Query
     let now = Timestamp::now();
     let hist = history(&app, now).await;
     let csrf = session::csrf_token(&session).await;
-    let p = panels(&app, now, &hist);
+    let p = app.render(move |app| panels(app, now, &hist)).await;
     if q.fragment.as_deref() == Some("panels") {
         return PanelsFragment { csrf, p }.into_response();
     }
