@@ -17,9 +17,7 @@ mod file;
 
 pub use env::{EnvOverrides, known_env_vars};
 
-use crate::model::{
-    BudgetConfig, FieldError, InstanceConfig, MonitoringSettings, NAME_RULE, TypeDef, duration_str, valid_name,
-};
+use crate::model::{BudgetConfig, FieldError, InstanceConfig, MonitoringSettings, TypeDef, duration_str};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -426,33 +424,21 @@ fn validate_server(file: &str, s: &ServerConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Each pool by the rules an API edit of it must pass too
+/// ([`BudgetConfig::validate`]), so a pool the file sets can be edited later;
+/// names unique.
 fn validate_budgets(file: &str, budgets: &[BudgetConfig]) -> Result<(), ConfigError> {
     let mut seen = BTreeSet::new();
     for (i, b) in budgets.iter().enumerate() {
-        let err =
-            |key: &str, value: String, msg: &str| ConfigError::new(file, format!("budgets[{i}].{key}"), value, msg);
-        if !valid_name(&b.name) {
-            return Err(err("name", format!("{:?}", b.name), NAME_RULE));
-        }
+        b.validate(&format!("budgets[{i}]"))
+            .map_err(|e| ConfigError::from_field(file, "", e))?;
         if !seen.insert(b.name.as_str()) {
-            return Err(err("name", format!("{:?}", b.name), "duplicate budget name"));
-        }
-        if !(b.requests_per_second.is_finite() && b.requests_per_second > 0.0) {
-            return Err(err(
-                "requests_per_second",
-                b.requests_per_second.to_string(),
-                "must be a positive number",
+            return Err(ConfigError::new(
+                file,
+                format!("budgets[{i}].name"),
+                format!("{:?}", b.name),
+                "duplicate budget name",
             ));
-        }
-        if !(b.shared_fraction.is_finite() && b.shared_fraction > 0.0 && b.shared_fraction <= 1.0) {
-            return Err(err(
-                "shared_fraction",
-                b.shared_fraction.to_string(),
-                "must be greater than 0 and at most 1",
-            ));
-        }
-        if !(1..=100).contains(&b.burst) {
-            return Err(err("burst", b.burst.to_string(), "must be between 1 and 100"));
         }
     }
     Ok(())
