@@ -158,6 +158,13 @@ fn schemas() -> Value {
             "category",
             json!({"type": "string", "nullable": true, "enum": ["transient", "permanent", null]}),
         ),
+        (
+            "kind",
+            json!({"type": "string", "nullable": true, "enum": [
+                "timeout", "connect", "dns", "http", "rate_limited", "tls", "body",
+                "invalid_url", "invalid_credentials", "other", null
+            ]}),
+        ),
     ] {
         dl_props[k] = v;
     }
