@@ -303,18 +303,43 @@ pub fn load_with_presets(
     env: &BTreeMap<String, String>,
     presets: &[TypeDef],
 ) -> Result<Config, ConfigError> {
-    let parsed = match file {
-        None => None,
+    match file {
+        None => build(None, None, env, presets),
         Some(path) => {
             let name = path.display().to_string();
             let text = std::fs::read_to_string(path)
                 .map_err(|e| ConfigError::new(&name, "", "", format!("cannot read config file: {e}")))?;
-            Some((name.clone(), file::parse(&name, &text)?))
+            load_str(path, &text, env, presets)
         }
-    };
-    let (name, f) = match parsed {
-        Some((name, f)) => (name, Some(f)),
-        None => (String::from("(defaults)"), None),
+    }
+}
+
+/// Like [`load_with_presets`], with the file's contents already read:
+/// `text` is what `file` holds (`file` names it in errors and in
+/// [`Config::file`]). Bad text of any kind is a [`ConfigError`], never a
+/// panic.
+pub fn load_str(
+    file: &Path,
+    text: &str,
+    env: &BTreeMap<String, String>,
+    presets: &[TypeDef],
+) -> Result<Config, ConfigError> {
+    let name = file.display().to_string();
+    let parsed = file::parse(&name, text)?;
+    build(Some((file, name)), Some(parsed), env, presets)
+}
+
+/// Validate the file's sections (or the defaults, with no file), then apply
+/// and validate the environment.
+fn build(
+    file: Option<(&Path, String)>,
+    f: Option<file::FileConfig>,
+    env: &BTreeMap<String, String>,
+    presets: &[TypeDef],
+) -> Result<Config, ConfigError> {
+    let (file, name) = match file {
+        Some((path, name)) => (Some(path), name),
+        None => (None, String::from("(defaults)")),
     };
 
     let mut monitoring_file = MonitoringSettings::default();
