@@ -49,8 +49,10 @@ for target in $(cargo fuzz list); do
     done_line="$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1)"
     echo "$target: ok: ${done_line:-(no DONE line)}"
   else
-    echo "$target: FAILED; the end of $log:"
-    tail -n 40 "$log"
+    echo "$target: FAILED; the panic and the end of $log:"
+    grep -m 1 -A 4 'panicked at' "$log" || true
+    echo "..."
+    tail -n 25 "$log"
     failed+=("$target")
   fi
 done
