@@ -17,9 +17,7 @@ mod file;
 
 pub use env::{EnvOverrides, known_env_vars};
 
-use crate::model::{
-    BudgetConfig, FieldError, InstanceConfig, MonitoringSettings, NAME_RULE, TypeDef, duration_str, valid_name,
-};
+use crate::model::{BudgetConfig, FieldError, InstanceConfig, MonitoringSettings, TypeDef, duration_str};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -305,18 +303,43 @@ pub fn load_with_presets(
     env: &BTreeMap<String, String>,
     presets: &[TypeDef],
 ) -> Result<Config, ConfigError> {
-    let parsed = match file {
-        None => None,
+    match file {
+        None => build(None, None, env, presets),
         Some(path) => {
             let name = path.display().to_string();
             let text = std::fs::read_to_string(path)
                 .map_err(|e| ConfigError::new(&name, "", "", format!("cannot read config file: {e}")))?;
-            Some((name.clone(), file::parse(&name, &text)?))
+            load_str(path, &text, env, presets)
         }
-    };
-    let (name, f) = match parsed {
-        Some((name, f)) => (name, Some(f)),
-        None => (String::from("(defaults)"), None),
+    }
+}
+
+/// Like [`load_with_presets`], with the file's contents already read:
+/// `text` is what `file` holds (`file` names it in errors and in
+/// [`Config::file`]). Bad text of any kind is a [`ConfigError`], never a
+/// panic.
+pub fn load_str(
+    file: &Path,
+    text: &str,
+    env: &BTreeMap<String, String>,
+    presets: &[TypeDef],
+) -> Result<Config, ConfigError> {
+    let name = file.display().to_string();
+    let parsed = file::parse(&name, text)?;
+    build(Some((file, name)), Some(parsed), env, presets)
+}
+
+/// Validate the file's sections (or the defaults, with no file), then apply
+/// and validate the environment.
+fn build(
+    file: Option<(&Path, String)>,
+    f: Option<file::FileConfig>,
+    env: &BTreeMap<String, String>,
+    presets: &[TypeDef],
+) -> Result<Config, ConfigError> {
+    let (file, name) = match file {
+        Some((path, name)) => (Some(path), name),
+        None => (None, String::from("(defaults)")),
     };
 
     let mut monitoring_file = MonitoringSettings::default();
@@ -426,33 +449,21 @@ fn validate_server(file: &str, s: &ServerConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Each pool by the rules an API edit of it must pass too
+/// ([`BudgetConfig::validate`]), so a pool the file sets can be edited later;
+/// names unique.
 fn validate_budgets(file: &str, budgets: &[BudgetConfig]) -> Result<(), ConfigError> {
     let mut seen = BTreeSet::new();
     for (i, b) in budgets.iter().enumerate() {
-        let err =
-            |key: &str, value: String, msg: &str| ConfigError::new(file, format!("budgets[{i}].{key}"), value, msg);
-        if !valid_name(&b.name) {
-            return Err(err("name", format!("{:?}", b.name), NAME_RULE));
-        }
+        b.validate(&format!("budgets[{i}]"))
+            .map_err(|e| ConfigError::from_field(file, "", e))?;
         if !seen.insert(b.name.as_str()) {
-            return Err(err("name", format!("{:?}", b.name), "duplicate budget name"));
-        }
-        if !(b.requests_per_second.is_finite() && b.requests_per_second > 0.0) {
-            return Err(err(
-                "requests_per_second",
-                b.requests_per_second.to_string(),
-                "must be a positive number",
+            return Err(ConfigError::new(
+                file,
+                format!("budgets[{i}].name"),
+                format!("{:?}", b.name),
+                "duplicate budget name",
             ));
-        }
-        if !(b.shared_fraction.is_finite() && b.shared_fraction > 0.0 && b.shared_fraction <= 1.0) {
-            return Err(err(
-                "shared_fraction",
-                b.shared_fraction.to_string(),
-                "must be greater than 0 and at most 1",
-            ));
-        }
-        if !(1..=100).contains(&b.burst) {
-            return Err(err("burst", b.burst.to_string(), "must be between 1 and 100"));
         }
     }
     Ok(())

@@ -463,6 +463,14 @@ fn budget_errors() {
     expect_file_error(&b("requests_per_second = 0.0"), "budgets[0].requests_per_second", "0");
     expect_file_error(&b("requests_per_second = -1.0"), "budgets[0].requests_per_second", "-1");
     expect_file_error(&b("requests_per_second = nan"), "budgets[0].requests_per_second", "NaN");
+    // The API's limit holds for the file too, so a pool the file sets can be
+    // edited over the API (an invariant the config fuzz target checks).
+    expect_file_error(
+        &b("requests_per_second = 2e6"),
+        "budgets[0].requests_per_second",
+        "2000000",
+    );
+    assert!(load_text(&b("requests_per_second = 1e6"), &no_env()).1.is_ok());
     expect_file_error(
         &b("requests_per_second = 1.0\nshared_fraction = 1.5"),
         "budgets[0].shared_fraction",

@@ -18,9 +18,41 @@
 
 use crate::model::{ErrorCategory, ErrorKind, PollError};
 use crate::poll::tls::FingerprintMismatch;
+use reqwest::header::{HeaderMap, LOCATION, RETRY_AFTER};
 use std::error::Error as StdError;
+use std::time::SystemTime;
 
 pub use crate::core::classify::{RETRY_AFTER_CAP, classify_status, parse_retry_after, status_message};
+
+/// The error a response with this status and these headers is, or `None`
+/// for a 2xx: [`classify_status`] gives the category and kind, the message
+/// is [`status_message`] (with the `Location` of a redirect), and a 429 or
+/// 503 carries its `Retry-After` ([`parse_retry_after`] against `now`). The
+/// body plays no part. Every status and every header value gives an answer.
+pub fn response_error(status: u16, headers: &HeaderMap, now: SystemTime) -> Option<PollError> {
+    let (category, kind) = classify_status(status)?;
+    let mut message = status_message(status);
+    if (300..400).contains(&status)
+        && let Some(location) = headers.get(LOCATION).and_then(|v| v.to_str().ok())
+    {
+        message = one_line(&format!("{message}, Location: {location}"));
+    }
+    let retry_after = if matches!(status, 429 | 503) {
+        headers
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, now))
+    } else {
+        None
+    };
+    Some(PollError {
+        category,
+        kind,
+        message,
+        status: Some(status),
+        retry_after,
+    })
+}
 
 /// Longest message taken from an underlying error, in characters.
 const MAX_DETAIL_CHARS: usize = 160;
@@ -197,6 +229,33 @@ mod tests {
         let short = one_line(&long);
         assert!(short.ends_with("..."));
         assert_eq!(short.chars().count(), MAX_DETAIL_CHARS + 3);
+    }
+
+    #[test]
+    fn response_errors_from_status_and_headers() {
+        use reqwest::header::HeaderValue;
+        let now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        let mut h = HeaderMap::new();
+        assert_eq!(response_error(204, &h, now), None);
+        h.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        h.insert(LOCATION, HeaderValue::from_static("https://elsewhere.example/\tx"));
+        for (status, wait) in [(429, Some(7)), (503, Some(7)), (500, None), (404, None)] {
+            let e = response_error(status, &h, now).expect("an error");
+            assert_eq!(e.status, Some(status));
+            assert_eq!(Some((e.category, e.kind)), classify_status(status));
+            assert_eq!(e.retry_after, wait.map(std::time::Duration::from_secs), "{status}");
+        }
+        let e = response_error(302, &h, now).expect("an error");
+        assert_eq!(e.category, ErrorCategory::Permanent);
+        assert!(
+            e.message.ends_with("Location: https://elsewhere.example/ x"),
+            "{}",
+            e.message
+        );
+        // A Location header that is not text is left out, not an error.
+        h.insert(LOCATION, HeaderValue::from_bytes(b"/\xff").expect("obs-text"));
+        let e = response_error(301, &h, now).expect("an error");
+        assert!(!e.message.contains("Location"), "{}", e.message);
     }
 
     #[test]

@@ -45,7 +45,7 @@ use crate::model::{
     Auth, ErrorCategory, ErrorKind, FailedItem, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
     parse_fingerprint,
 };
-use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -53,7 +53,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
-pub use classify::{classify_status, classify_transport, parse_retry_after};
+pub use classify::{classify_status, classify_transport, parse_retry_after, response_error};
 
 /// `User-Agent` sent on every request.
 pub const USER_AGENT: &str = concat!("pollster/", env!("CARGO_PKG_VERSION"));
@@ -180,8 +180,8 @@ impl Poller {
         let mut response = request.send().await.map_err(|e| classify_transport(&e))?;
 
         let status = response.status().as_u16();
-        if let Some((category, kind)) = classify_status(status) {
-            return Err(status_error(&response, category, kind));
+        if let Some(error) = classify::response_error(status, response.headers(), SystemTime::now()) {
+            return Err(error);
         }
 
         let limit = instance.max_response_bytes;
@@ -430,33 +430,6 @@ fn request_headers(auth: &Auth) -> Result<HeaderMap, PollError> {
         }
     }
     Ok(headers)
-}
-
-/// A classified error for a non-2xx response. The body is not read.
-fn status_error(response: &reqwest::Response, category: ErrorCategory, kind: ErrorKind) -> PollError {
-    let status = response.status().as_u16();
-    let mut message = classify::status_message(status);
-    if (300..400).contains(&status)
-        && let Some(location) = response.headers().get(LOCATION).and_then(|v| v.to_str().ok())
-    {
-        message = classify::one_line(&format!("{message}, Location: {location}"));
-    }
-    let retry_after = if matches!(status, 429 | 503) {
-        response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, SystemTime::now()))
-    } else {
-        None
-    };
-    PollError {
-        category,
-        kind,
-        message,
-        status: Some(status),
-        retry_after,
-    }
 }
 
 fn timeout_error(timeout: Duration) -> PollError {

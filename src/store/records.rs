@@ -23,8 +23,7 @@ impl Store {
         for entry in table.iter().ctx("reading table tasks")? {
             let (k, v) = entry.ctx("reading table tasks")?;
             let (k, v) = (k.value(), v.value());
-            let decoded = tables::parse_task_key(k).and_then(|key| Ok((key, codec::decode(TASKS.name, k, v)?)));
-            match decoded {
+            match decode_task(k, v) {
                 Ok(pair) => tasks.push(pair),
                 Err(e) => bad.push(e),
             }
@@ -130,8 +129,13 @@ impl Store {
     }
 }
 
+/// A `tasks` row: its key and its record.
+pub fn decode_task(key: &[u8], value: &[u8]) -> Result<(TaskKey, TaskRecord), StoreError> {
+    Ok((tables::parse_task_key(key)?, codec::decode(TASKS.name, key, value)?))
+}
+
 /// An instance record, checked against the key it is stored under.
-fn decode_instance(key: &[u8], value: &[u8]) -> Result<InstanceConfig, StoreError> {
+pub fn decode_instance(key: &[u8], value: &[u8]) -> Result<InstanceConfig, StoreError> {
     let name = tables::str_key(INSTANCES.name, key)?;
     let inst: InstanceConfig = codec::decode(INSTANCES.name, key, value)?;
     if inst.name != name {

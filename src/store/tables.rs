@@ -73,7 +73,7 @@ pub(crate) fn check_instance_name(name: &str) -> Result<(), StoreError> {
 }
 
 /// `instance \0 group`.
-pub(crate) fn task_key(key: &TaskKey) -> Result<Vec<u8>, StoreError> {
+pub fn task_key(key: &TaskKey) -> Result<Vec<u8>, StoreError> {
     check_instance_name(&key.instance)?;
     let mut out = Vec::with_capacity(key.instance.len() + 1 + key.group.len());
     out.extend_from_slice(key.instance.as_bytes());
@@ -83,7 +83,7 @@ pub(crate) fn task_key(key: &TaskKey) -> Result<Vec<u8>, StoreError> {
 }
 
 /// The inverse of [`task_key`]; bad bytes are `Corrupt`, never a panic.
-pub(crate) fn parse_task_key(bytes: &[u8]) -> Result<TaskKey, StoreError> {
+pub fn parse_task_key(bytes: &[u8]) -> Result<TaskKey, StoreError> {
     let corrupt = |reason: &str| StoreError::Corrupt {
         table: TASKS.name,
         key: display_key(bytes),

@@ -50,6 +50,7 @@ pub fn dead_letter_json(t: &crate::core::scheduler::Task) -> Value {
         "since": ts(dl.map(|d| d.since)),
         "status": t.rec.last_error.as_ref().and_then(|e| e.status),
         "category": t.rec.last_error.as_ref().map(|e| e.category),
+        "kind": t.rec.last_error.as_ref().map(|e| e.kind),
     })
 }
 

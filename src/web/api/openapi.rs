@@ -221,6 +221,13 @@ fn schemas(types: &[&str]) -> Value {
             "category",
             json!({"type": "string", "nullable": true, "enum": ["transient", "permanent", null]}),
         ),
+        (
+            "kind",
+            json!({"type": "string", "nullable": true, "enum": [
+                "timeout", "connect", "dns", "http", "rate_limited", "tls", "body",
+                "invalid_url", "invalid_credentials", "other", null
+            ]}),
+        ),
     ] {
         dl_props[k] = v;
     }
