@@ -35,6 +35,8 @@ pub struct WebState {
     /// small machine, UI and API load then waits for its turn instead of
     /// taking the cores the dispatcher and the polls need.
     pub render_slot: tokio::sync::Semaphore,
+    /// The last health document and when its build started.
+    pub health_cache: std::sync::Mutex<Option<(std::time::Instant, axum::body::Bytes)>>,
     pub throttle: std::sync::Mutex<throttle::LoginThrottle>,
     /// Trust `X-Forwarded-For` / `X-Forwarded-Proto` (operator setting).
     pub trust_proxy: bool,
@@ -48,6 +50,7 @@ impl Default for WebState {
     fn default() -> Self {
         WebState {
             render_slot: tokio::sync::Semaphore::new(1),
+            health_cache: Default::default(),
             throttle: Default::default(),
             trust_proxy: false,
             admin_known: Default::default(),

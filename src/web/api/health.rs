@@ -192,8 +192,25 @@ pub fn health_document(app: &AppState, now: Timestamp) -> Vec<u8> {
 }
 
 pub async fn scheduler_health(State(app): State<AppState>) -> impl IntoResponse {
-    (
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        app.render(|app| health_document(app, Timestamp::now())).await,
-    )
+    let arrived = std::time::Instant::now();
+    let body = {
+        let _slot = app.web.render_slot.acquire().await;
+        // A document whose build started after this request arrived is as
+        // fresh as one built now: concurrent requests share it.
+        let cached = app.web.health_cache.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match cached {
+            Some((started, doc)) if started >= arrived => doc,
+            _ => {
+                let started = std::time::Instant::now();
+                let shared = app.clone();
+                let doc = tokio::task::spawn_blocking(move || health_document(&shared, Timestamp::now()))
+                    .await
+                    .map(axum::body::Bytes::from)
+                    .unwrap_or_default();
+                *app.web.health_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((started, doc.clone()));
+                doc
+            }
+        }
+    };
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], body)
 }
