@@ -37,8 +37,9 @@ struct Args {
     /// Poll interval of every task, and the dead-letter recheck interval.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     floor: Duration,
-    /// Longest random uptime before a kill (the shortest is 200 ms).
-    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    /// Longest random uptime before a kill (the shortest is 200 ms). Runs
+    /// longer than half of `--floor` also check that polling resumed.
+    #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
     max_uptime: Duration,
     /// Longest random downtime between a kill and the next start.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
