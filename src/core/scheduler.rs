@@ -5,13 +5,18 @@
 //!
 //! Invariants: a task is either queued, in flight, or parked (discarded or
 //! disabled) — never two at once, so it never runs twice concurrently; the
-//! queue holds exactly the queued tasks.
+//! queue holds exactly the queued tasks. A held task (an operator action on
+//! it is being committed) is never queued.
 //!
 //! A dead-letter move must be durable before anyone sees it, so completion is
 //! split in two: [`Scheduler::plan_completion`] computes the new record without
 //! changing anything, the engine commits it, then [`Scheduler::apply`] makes it
 //! visible. While that happens the task is still in flight, so nothing else
-//! can touch it.
+//! can touch it. Operator actions are split the same way:
+//! [`Scheduler::plan_op`] computes the record, [`Scheduler::hold`] keeps the
+//! task off the schedule while the engine commits it, and
+//! [`Scheduler::apply_op`] (or [`Scheduler::release`], if the commit failed)
+//! ends the hold.
 
 use super::bucket::TokenBucket;
 use super::queue::{QueueEntry, TaskQueue};
@@ -39,6 +44,9 @@ pub struct Task {
     /// Its `next_run` is a slot its pool's token bucket reserved: dispatch
     /// it then without charging the bucket again.
     pub reserved: bool,
+    /// An operator action on it is being committed: it stays off the queue
+    /// and is not re-timed until the action is applied or released.
+    pub held: bool,
     /// The time it was due before its pool's bucket deferred it (for the
     /// budget-wait figure). The cadence continues from the slot it got, so
     /// tasks that fell due together spread out over the pool's rate
@@ -87,6 +95,20 @@ pub enum OpError {
     NotDeadLettered(String),
     #[error("task {0} is being polled right now; try again in a moment")]
     InFlight(String),
+}
+
+/// An operator action on one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorOp {
+    /// Probe a dead-lettered task now; it leaves the queue if the probe
+    /// succeeds.
+    Retry,
+    /// Drop a task from the dead-letter queue and disable it until it is
+    /// enabled again.
+    Discard,
+    /// Put a discarded task back on its schedule, due now, with a clean
+    /// failure streak.
+    Enable,
 }
 
 #[derive(Debug, Default)]
@@ -160,6 +182,7 @@ impl Scheduler {
     fn enqueue(&mut self, key: &TaskKey, now: Timestamp) {
         if let Some(t) = self.tasks.get(key)
             && t.in_flight.is_none()
+            && !t.held
             && !t.is_parked()
         {
             let e = self.entry(t, now);
@@ -216,6 +239,7 @@ impl Scheduler {
                 placed_at: now,
                 removed: false,
                 reserved: false,
+                held: false,
                 deferred_from: None,
                 spread_next: stored_none_cold,
             },
@@ -445,7 +469,7 @@ impl Scheduler {
         let Some(t) = self.tasks.get_mut(key) else {
             return;
         };
-        if t.in_flight.is_some() || t.is_parked() {
+        if t.in_flight.is_some() || t.held || t.is_parked() {
             return;
         }
         let anchor = t.rec.last_attempt.unwrap_or(t.placed_at);
@@ -475,63 +499,83 @@ impl Scheduler {
         self.enqueue(key, now);
     }
 
-    /// Operator: probe a dead-lettered task now. It leaves the queue if the
-    /// probe succeeds.
-    pub fn retry_dead_letter(&mut self, key: &TaskKey, now: Timestamp) -> Result<TaskRecord, OpError> {
-        let t = self
-            .tasks
-            .get_mut(key)
-            .ok_or_else(|| OpError::NotFound(key.to_string()))?;
-        if t.rec.dead_letter.is_none() {
-            return Err(OpError::NotDeadLettered(key.to_string()));
+    /// What operator action `op` makes of a task's record, computed on a
+    /// copy: nothing changes until [`Scheduler::apply_op`], so the engine can
+    /// commit the record before anything shows it.
+    pub fn plan_op(&self, key: &TaskKey, op: OperatorOp, now: Timestamp) -> Result<TaskRecord, OpError> {
+        let t = self.tasks.get(key).ok_or_else(|| OpError::NotFound(key.to_string()))?;
+        let mut rec = t.rec.clone();
+        match op {
+            OperatorOp::Retry | OperatorOp::Discard => {
+                if rec.dead_letter.is_none() {
+                    return Err(OpError::NotDeadLettered(key.to_string()));
+                }
+                if t.in_flight.is_some() {
+                    return Err(OpError::InFlight(key.to_string()));
+                }
+                if op == OperatorOp::Retry {
+                    task::retry_now(&mut rec, now);
+                } else {
+                    task::discard(&mut rec);
+                }
+            }
+            OperatorOp::Enable => {
+                rec.disabled = false;
+                if t.in_flight.is_none() && rec.dead_letter.is_none() {
+                    rec.failures = 0;
+                    rec.breaker = BreakerState::Closed;
+                    rec.retry_at = None;
+                    rec.next_run = now;
+                }
+            }
         }
-        if t.in_flight.is_some() {
-            return Err(OpError::InFlight(key.to_string()));
-        }
-        task::retry_now(&mut t.rec, now);
-        let rec = t.rec.clone();
-        self.dirty.insert(key.clone());
-        self.enqueue(key, now);
         Ok(rec)
     }
 
-    /// Operator: drop a task from the dead-letter queue and disable it until
-    /// it is re-enabled.
-    pub fn discard_dead_letter(&mut self, key: &TaskKey) -> Result<TaskRecord, OpError> {
-        let t = self
-            .tasks
-            .get_mut(key)
-            .ok_or_else(|| OpError::NotFound(key.to_string()))?;
-        if t.rec.dead_letter.is_none() {
-            return Err(OpError::NotDeadLettered(key.to_string()));
+    /// Keep a task off the schedule while a planned operator action is
+    /// committed: it is not dispatched or re-timed, and keeps showing its
+    /// old record, until [`Scheduler::apply_op`] or [`Scheduler::release`].
+    pub fn hold(&mut self, key: &TaskKey) {
+        if let Some(t) = self.tasks.get_mut(key) {
+            t.held = true;
+            self.queue.remove(key);
         }
-        if t.in_flight.is_some() {
-            return Err(OpError::InFlight(key.to_string()));
-        }
-        task::discard(&mut t.rec);
-        let rec = t.rec.clone();
-        self.queue.remove(key);
-        self.dirty.insert(key.clone());
-        Ok(rec)
     }
 
-    /// Operator: put a discarded task back on its schedule, due now, with a
-    /// clean failure streak.
-    pub fn enable(&mut self, key: &TaskKey, now: Timestamp) -> Result<TaskRecord, OpError> {
-        let t = self
-            .tasks
-            .get_mut(key)
-            .ok_or_else(|| OpError::NotFound(key.to_string()))?;
-        t.rec.disabled = false;
-        if t.in_flight.is_none() && t.rec.dead_letter.is_none() {
-            t.rec.failures = 0;
-            t.rec.breaker = BreakerState::Closed;
-            t.rec.retry_at = None;
-            t.rec.next_run = now;
+    /// A committed operator action: the task takes the planned record and
+    /// goes back on its schedule (unless the action parked it). A task in
+    /// flight keeps the record its poll will complete (an enable planned
+    /// while it ran changes nothing).
+    pub fn apply_op(&mut self, key: &TaskKey, rec: TaskRecord, now: Timestamp) {
+        let Some(t) = self.tasks.get_mut(key) else {
+            return;
+        };
+        t.held = false;
+        if t.in_flight.is_none() {
+            t.rec = rec;
         }
-        let rec = t.rec.clone();
+        if t.is_parked() {
+            self.queue.remove(key);
+        } else {
+            self.enqueue(key, now);
+        }
+    }
+
+    /// The commit of a planned operator action failed: the task goes back on
+    /// its schedule as it was.
+    pub fn release(&mut self, key: &TaskKey, now: Timestamp) {
+        if let Some(t) = self.tasks.get_mut(key) {
+            t.held = false;
+            self.enqueue(key, now);
+        }
+    }
+
+    /// [`Scheduler::plan_op`] and [`Scheduler::apply_op`] at once, the
+    /// record left for the next group commit (for callers with no store).
+    pub fn operate(&mut self, key: &TaskKey, op: OperatorOp, now: Timestamp) -> Result<TaskRecord, OpError> {
+        let rec = self.plan_op(key, op, now)?;
+        self.apply_op(key, rec.clone(), now);
         self.dirty.insert(key.clone());
-        self.enqueue(key, now);
         Ok(rec)
     }
 
@@ -826,7 +870,7 @@ mod tests {
         s.place(k("a"), meta(5), None, now, true);
         assert_eq!(s.queue_len(), 0);
         // nor does an operator enable
-        let _ = s.enable(&k("a"), now);
+        let _ = s.operate(&k("a"), OperatorOp::Enable, now);
         assert_eq!(s.queue_len(), 0);
     }
 
@@ -911,6 +955,59 @@ mod tests {
     }
 
     #[test]
+    fn an_operator_action_changes_nothing_until_it_is_applied() {
+        let mut settings = MonitoringSettings::default();
+        settings.failure.dead_letter_after = 1;
+        let mut s = Scheduler::new(settings.clone());
+        let mut rng = SmallRng::seed_from_u64(1);
+        let now = Timestamp(SEC);
+        s.place(k("a"), meta(5), None, now, true);
+        let d = s.pop_due(now).expect("due");
+        s.complete(&d.key, &fail(), now, &mut rng);
+        let before = s.get(&k("a")).cloned().expect("task");
+        let _ = s.take_dirty();
+
+        // Planned: the record says discarded, the scheduler does not.
+        let later = now.plus(Duration::from_secs(60));
+        let rec = s.plan_op(&k("a"), OperatorOp::Discard, later).expect("planned");
+        assert!(rec.disabled && rec.dead_letter.is_none());
+        assert_eq!(s.get(&k("a")), Some(&before));
+        assert_eq!(s.dead_letters().len(), 1);
+
+        // Held while it is committed: still listed, never dispatched, and
+        // not put back on the queue by a re-timing.
+        s.hold(&k("a"));
+        assert_eq!(s.dead_letters().len(), 1);
+        assert_eq!(s.queue_len(), 0);
+        let recheck = before.rec.next_run;
+        assert!(s.pop_due(recheck.plus(Duration::from_secs(3600))).is_none());
+        settings.failure.dead_letter_recheck = Duration::from_secs(1);
+        s.set_settings(settings, later, &mut rng);
+        s.update_meta(&k("a"), meta(7), later);
+        assert_eq!(s.queue_len(), 0);
+        assert_eq!(s.get(&k("a")).map(|t| &t.rec), Some(&before.rec));
+
+        // A failed commit releases it as it was.
+        s.release(&k("a"), later);
+        assert_eq!(s.get(&k("a")).map(|t| &t.rec), Some(&before.rec));
+        assert_eq!(s.queue_len(), 1);
+        assert_eq!(s.dead_letters().len(), 1);
+
+        // A committed one becomes visible at once, and is not left for the
+        // group commit (it is on disk already).
+        s.hold(&k("a"));
+        s.apply_op(&k("a"), rec.clone(), later);
+        assert!(s.dead_letters().is_empty());
+        assert_eq!(s.get(&k("a")).map(|t| &t.rec), Some(&rec));
+        assert_eq!(s.queue_len(), 0, "a discarded task stays off the queue");
+        assert!(s.take_dirty().0.is_empty());
+        let rec = s.plan_op(&k("a"), OperatorOp::Enable, later).expect("enable");
+        s.hold(&k("a"));
+        s.apply_op(&k("a"), rec, later);
+        assert_eq!(s.pop_due(later).map(|d| d.key), Some(k("a")));
+    }
+
+    #[test]
     fn operator_retry_and_discard() {
         let mut settings = MonitoringSettings::default();
         settings.failure.dead_letter_after = 1;
@@ -925,26 +1022,26 @@ mod tests {
         }
         assert_eq!(s.dead_letters().len(), 2);
         assert_eq!(
-            s.retry_dead_letter(&k("zz"), now),
+            s.operate(&k("zz"), OperatorOp::Retry, now),
             Err(OpError::NotFound("zz/probe".into()))
         );
 
         let later = now.plus(Duration::from_secs(60));
-        s.retry_dead_letter(&k("a"), later).expect("retry");
+        s.operate(&k("a"), OperatorOp::Retry, later).expect("retry");
         let d = s.pop_due(later).expect("a is due now");
         assert_eq!(d.key, k("a"));
         s.complete(&d.key, &ok(1), later, &mut rng);
         assert_eq!(s.dead_letters().len(), 1, "a recovered");
 
-        s.discard_dead_letter(&k("b")).expect("discard");
+        s.operate(&k("b"), OperatorOp::Discard, later).expect("discard");
         assert!(s.dead_letters().is_empty());
         assert!(s.get(&k("b")).is_some_and(|t| t.rec.disabled));
         assert!(!s.queue.contains(&k("b")), "discarded tasks are not polled");
         assert_eq!(
-            s.discard_dead_letter(&k("b")),
+            s.operate(&k("b"), OperatorOp::Discard, later),
             Err(OpError::NotDeadLettered("b/probe".into()))
         );
-        s.enable(&k("b"), later).expect("enable");
+        s.operate(&k("b"), OperatorOp::Enable, later).expect("enable");
         assert_eq!(s.pop_due(later).map(|d| d.key), Some(k("b")));
     }
 

@@ -15,9 +15,12 @@ pub mod catalog;
 pub mod plan;
 pub mod settings;
 
+#[cfg(test)]
+mod tests;
+
 use crate::config::SinkConfig;
 use crate::core::Scheduler;
-use crate::core::scheduler::{OpError, Planned};
+use crate::core::scheduler::{OpError, OperatorOp, Planned};
 use crate::core::task::{DeadLetterMove, Transition};
 use crate::metrics::Metrics;
 use crate::model::{
@@ -239,25 +242,51 @@ impl Shared {
         Ok(())
     }
 
-    /// Apply an operator action to one task and commit it before returning.
-    /// The action is described for the event sink by `what` and `actor`,
-    /// and shipped once it is committed.
+    /// An operator action on one task, committed before it is applied: until
+    /// the commit returns, the task keeps its old record (so the API, the
+    /// dashboard and the metrics show only committed state) and is held off
+    /// the schedule; if the commit fails, nothing changes and the error is
+    /// returned. Shipped to the event sink, with `actor`, once committed.
+    ///
+    /// The commit runs in its own task, so a caller that goes away (an HTTP
+    /// client hanging up) cannot leave the task held or half applied.
     pub async fn operator_action(
+        self: &Arc<Self>,
+        key: &TaskKey,
+        actor: &str,
+        op: OperatorOp,
+    ) -> Result<TaskRecord, EngineError> {
+        let shared = Arc::clone(self);
+        let (key, actor) = (key.clone(), actor.to_string());
+        tokio::spawn(async move { shared.commit_operator_action(&key, &actor, op).await })
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))?
+    }
+
+    async fn commit_operator_action(
         &self,
         key: &TaskKey,
         actor: &str,
-        what: DeadLetterAction,
-        action: impl FnOnce(&mut Scheduler, Timestamp) -> Result<TaskRecord, OpError>,
+        op: OperatorOp,
     ) -> Result<TaskRecord, EngineError> {
         let _w = self.write_lock.lock().await;
         let now = Timestamp::now();
         let (rec, type_name) = {
             let mut s = self.sched();
-            let rec = action(&mut s, now)?;
-            let ty = s.get(key).map(|t| t.meta.type_name.clone());
-            (rec, ty)
+            let rec = s.plan_op(key, op, now)?;
+            s.hold(key);
+            (rec, s.get(key).map(|t| t.meta.type_name.clone()))
         };
-        self.write_tasks(vec![(key.clone(), Some(rec.clone()))]).await?;
+        if let Err(e) = self.write_tasks(vec![(key.clone(), Some(rec.clone()))]).await {
+            self.sched().release(key, now);
+            return Err(e);
+        }
+        self.sched().apply_op(key, rec.clone(), now);
+        let what = match op {
+            OperatorOp::Retry => DeadLetterAction::Retried,
+            OperatorOp::Discard => DeadLetterAction::Discarded,
+            OperatorOp::Enable => DeadLetterAction::Enabled,
+        };
         self.sink.emit(&Event::dead_letter(
             now,
             DeadLetterEvent::new(&key.instance, type_name.as_deref().unwrap_or(""), &key.group, what).with_actor(actor),

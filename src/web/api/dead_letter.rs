@@ -2,8 +2,8 @@
 //! a discarded task again. Every action is committed before it is answered.
 
 use super::health::dead_letter_json;
+use crate::core::scheduler::OperatorOp;
 use crate::model::TaskKey;
-use crate::sink::event::DeadLetterAction;
 use crate::web::AppState;
 use crate::web::auth::Principal;
 use crate::web::error::{ApiError, QueryParams};
@@ -75,9 +75,7 @@ pub async fn retry(
     let key = TaskKey::new(&instance, &group);
     let rec = app
         .shared
-        .operator_action(&key, &who.actor(), DeadLetterAction::Retried, |s, now| {
-            s.retry_dead_letter(&key, now)
-        })
+        .operator_action(&key, &who.actor(), OperatorOp::Retry)
         .await?;
     tracing::info!(task = %key, actor = %who.actor(), "operator retried dead-letter task");
     Ok((StatusCode::ACCEPTED, Json(task_json(&key, &rec))))
@@ -91,9 +89,7 @@ pub async fn discard(
     let key = TaskKey::new(&instance, &group);
     let rec = app
         .shared
-        .operator_action(&key, &who.actor(), DeadLetterAction::Discarded, |s, _| {
-            s.discard_dead_letter(&key)
-        })
+        .operator_action(&key, &who.actor(), OperatorOp::Discard)
         .await?;
     tracing::info!(task = %key, actor = %who.actor(), "operator discarded dead-letter task; task disabled");
     Ok(Json(task_json(&key, &rec)))
@@ -107,9 +103,7 @@ pub async fn enable(
     let key = TaskKey::new(&instance, &group);
     let rec = app
         .shared
-        .operator_action(&key, &who.actor(), DeadLetterAction::Enabled, |s, now| {
-            s.enable(&key, now)
-        })
+        .operator_action(&key, &who.actor(), OperatorOp::Enable)
         .await?;
     tracing::info!(task = %key, actor = %who.actor(), "operator enabled task");
     Ok(Json(task_json(&key, &rec)))

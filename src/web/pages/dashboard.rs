@@ -336,13 +336,9 @@ async fn dead_letter_action(
     session: &Session,
     key: TaskKey,
     done: &str,
-    what: crate::sink::event::DeadLetterAction,
-    action: impl FnOnce(
-        &mut crate::core::Scheduler,
-        Timestamp,
-    ) -> Result<crate::model::TaskRecord, crate::core::scheduler::OpError>,
+    op: crate::core::scheduler::OperatorOp,
 ) -> Redirect {
-    let msg = match app.shared.operator_action(&key, &who.actor(), what, action).await {
+    let msg = match app.shared.operator_action(&key, &who.actor(), op).await {
         Ok(_) => {
             tracing::info!(task = %key, actor = %who.actor(), "dead-letter task: {done}");
             format!("{key}: {done}.")
@@ -360,15 +356,13 @@ pub async fn retry(
     Path((instance, group)): Path<(String, String)>,
 ) -> Redirect {
     let key = TaskKey::new(&instance, &group);
-    let k = key.clone();
     dead_letter_action(
         &app,
         &who,
         &session,
         key,
         "probing now",
-        crate::sink::event::DeadLetterAction::Retried,
-        move |s, now| s.retry_dead_letter(&k, now),
+        crate::core::scheduler::OperatorOp::Retry,
     )
     .await
 }
@@ -380,15 +374,13 @@ pub async fn discard(
     Path((instance, group)): Path<(String, String)>,
 ) -> Redirect {
     let key = TaskKey::new(&instance, &group);
-    let k = key.clone();
     dead_letter_action(
         &app,
         &who,
         &session,
         key,
         "discarded; the task is disabled until enabled again",
-        crate::sink::event::DeadLetterAction::Discarded,
-        move |s, _| s.discard_dead_letter(&k),
+        crate::core::scheduler::OperatorOp::Discard,
     )
     .await
 }

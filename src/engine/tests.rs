@@ -1,0 +1,106 @@
+//! The engine's commit-before-visible rule for operator actions, against a
+//! real store.
+
+use super::Shared;
+use super::catalog::Catalog;
+use super::settings::SettingsLayers;
+use crate::core::scheduler::OperatorOp;
+use crate::core::task::TaskMeta;
+use crate::model::{
+    BreakerState, DeadLetterReason, DeadLetterRecord, MonitoringSettings, TaskKey, TaskRecord, Timestamp,
+};
+use crate::store::Store;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn shared(dir: &std::path::Path) -> Arc<Shared> {
+    let settings = MonitoringSettings::default();
+    let layers = SettingsLayers {
+        file: settings.clone(),
+        saved: serde_json::Value::Null,
+        env: Default::default(),
+    };
+    Shared::new(
+        Store::open(dir).expect("store"),
+        crate::poll::Poller::new().expect("poller"),
+        Catalog::new(vec![], vec![]),
+        layers,
+        settings,
+        None,
+    )
+    .expect("shared")
+}
+
+/// Puts a dead-lettered task on the schedule, as a restart would.
+fn dead_lettered(shared: &Shared, key: &TaskKey, now: Timestamp) -> TaskRecord {
+    let recheck = now.plus(Duration::from_secs(1800));
+    let rec = TaskRecord {
+        failures: 1,
+        breaker: BreakerState::Open,
+        retry_at: Some(recheck),
+        next_run: recheck,
+        dead_letter: Some(DeadLetterRecord {
+            reason: DeadLetterReason::PermanentFailure,
+            since: now,
+            next_recheck: recheck,
+            rechecks: 0,
+        }),
+        ..TaskRecord::default()
+    };
+    let meta = TaskMeta::new("http", 1, Duration::from_secs(10));
+    shared.sched().place(key.clone(), meta, Some(rec.clone()), now, false);
+    rec
+}
+
+#[tokio::test]
+async fn an_operator_action_that_cannot_be_committed_changes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shared = shared(dir.path());
+    // The store refuses this key (an instance name with a NUL), so the
+    // commit fails.
+    let key = TaskKey::new("bad\0name", "probe");
+    let now = Timestamp::now();
+    let rec = dead_lettered(&shared, &key, now);
+    for op in [OperatorOp::Discard, OperatorOp::Retry] {
+        let err = shared.operator_action(&key, "test", op).await;
+        assert!(err.is_err(), "{op:?}: {err:?}");
+        let s = shared.sched();
+        let t = s.get(&key).expect("task");
+        assert_eq!(t.rec, rec, "{op:?}: the record is unchanged");
+        assert!(!t.held, "{op:?}: released");
+        assert_eq!(s.dead_letters().len(), 1, "{op:?}: still listed");
+        assert_eq!(
+            s.next_wakeup(),
+            Some(rec.next_run),
+            "{op:?}: still queued for its recheck"
+        );
+    }
+    // Nor is anything left for the group commit to write later.
+    let (dirty, _) = shared.sched().take_dirty();
+    assert!(dirty.iter().all(|(k, r)| k != &key || r == &rec), "{dirty:?}");
+}
+
+#[tokio::test]
+async fn an_operator_action_is_on_disk_when_it_is_visible() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shared = shared(dir.path());
+    let key = TaskKey::new("web-1", "probe");
+    let now = Timestamp::now();
+    dead_lettered(&shared, &key, now);
+    let rec = shared
+        .operator_action(&key, "test", OperatorOp::Discard)
+        .await
+        .expect("discarded");
+    assert!(rec.disabled && rec.dead_letter.is_none());
+    assert!(shared.sched().dead_letters().is_empty());
+    let (stored, _) = shared.store.load_tasks().expect("load");
+    assert_eq!(stored, vec![(key.clone(), rec)], "committed before it was shown");
+    assert_eq!(
+        shared
+            .operator_action(&key, "test", OperatorOp::Discard)
+            .await
+            .err()
+            .map(|e| e.to_string()),
+        Some("task web-1/probe is not in the dead-letter queue".to_string())
+    );
+}
