@@ -1,4 +1,4 @@
-//! Crash torture (see tests/common/torture.rs and docs/TORTURE.md): the
+//! Crash torture (see tests/common/torture/ and docs/TORTURE.md): the
 //! `pollster` binary under load from `pollster-fleet`, killed with SIGKILL
 //! at random points many times; every restart must open the database, keep
 //! every acknowledged dead-letter entry and operator action, and resume
@@ -12,7 +12,7 @@
 //! The binaries are looked up next to this one (`target/release/`) unless
 //! `--pollster` / `--fleet` say otherwise. Exits 1 if any check failed.
 
-#[path = "../tests/common/torture.rs"]
+#[path = "../tests/common/torture/mod.rs"]
 mod torture;
 
 use clap::Parser;

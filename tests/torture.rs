@@ -4,7 +4,7 @@
 //! database, keep every acknowledged dead-letter entry, discard and retry,
 //! and resume polling without a burst.
 
-#[path = "common/torture.rs"]
+#[path = "common/torture/mod.rs"]
 mod torture;
 
 use std::path::PathBuf;
