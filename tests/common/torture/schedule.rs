@@ -139,6 +139,7 @@ pub(super) fn check_run(
     let ratio = seen_max as f64 / predicted_max.max(1) as f64;
     report.first_poll_ratios.push(ratio);
     report.max_first_poll_ratio = report.max_first_poll_ratio.max(ratio);
+    report.max_of_allowed = report.max_of_allowed.max(seen_max as f64 / allowed as f64);
     if seen_max > allowed {
         report.violations.push(format!(
             "kill {}: burst after the restart before it: {seen_max} first polls in {} ms, \
