@@ -68,6 +68,28 @@ impl State {
             .map(|(k, _)| k.clone())
             .collect()
     }
+
+    /// The must-stay entries missing from the queue. The queue is read page
+    /// by page while entries come and go, so an entry can slip from one page
+    /// to another between two reads: one that seems missing from `list` is
+    /// looked for in up to three fresh listings, and is missing only if none
+    /// has it with its `since` (a lost entry that came back would have a new
+    /// one).
+    pub(super) async fn confirm_absent(
+        &self,
+        client: &Client,
+        list: &BTreeMap<Key, Entry>,
+    ) -> Result<Vec<Key>, String> {
+        let mut absent = self.absent(list);
+        for _ in 0..3 {
+            if absent.is_empty() {
+                break;
+            }
+            let again = client.dead_letters().await?;
+            absent.retain(|k| again.get(k).is_none_or(|e| Some(&e.since) != self.must_stay.get(k)));
+        }
+        Ok(absent)
+    }
 }
 
 /// Flip `n` healthy instances to a failing behaviour.
@@ -144,13 +166,8 @@ pub(super) async fn after_restart(
     kill: usize,
     report: &mut Report,
 ) -> Result<(), String> {
-    let mut list = client.dead_letters().await?;
-    let mut absent = st.absent(&list);
-    if !absent.is_empty() {
-        // Read once more in case a page shifted between reads.
-        list = client.dead_letters().await?;
-        absent = st.absent(&list);
-    }
+    let list = client.dead_letters().await?;
+    let absent = st.confirm_absent(client, &list).await?;
     report.entries_checked += (st.must_stay.len() - absent.len()) as u64;
     for k in &absent {
         report.missing += 1;

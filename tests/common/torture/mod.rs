@@ -266,7 +266,7 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
         sleep_until(kill_at).await;
         // The acknowledgement: the operator sees the list, then the kill.
         let list = client.dead_letters().await?;
-        for k in st.absent(&list) {
+        for k in st.confirm_absent(&client, &list).await? {
             // A must-stay entry gone while the server runs. Counted once:
             // if it is listed again it is a new entry.
             report.missing += 1;
@@ -349,7 +349,7 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
     tokio::time::sleep(opts.observe).await;
     (report.measured_after_rps, report.peak_after_rps) = measure(&client, opts.floor, opts.window).await?;
     if let Ok(list) = client.dead_letters().await {
-        for k in st.absent(&list) {
+        for k in st.confirm_absent(&client, &list).await? {
             report.missing += 1;
             report.violations.push(format!("end: {} missing", key_str(&k)));
         }

@@ -39,6 +39,8 @@ pub struct Report {
     /// Busiest window of first polls after a restart ÷ the busiest the
     /// stored schedule predicts.
     pub max_first_poll_ratio: f64,
+    /// Busiest window of first polls ÷ what it was allowed (must stay ≤ 1).
+    pub max_of_allowed: f64,
     pub first_poll_ratios: Vec<f64>,
     /// Tasks the schedule said were due while a run was watched, and how
     /// many of them were not polled.
@@ -134,6 +136,7 @@ impl fmt::Display for Report {
             self.window.as_millis(),
             self.rate_checks
         )?;
+        writeln!(f, "first polls ÷ allowed        max {:.2}", self.max_of_allowed)?;
         writeln!(
             f,
             "due tasks polled             {} of {}",
