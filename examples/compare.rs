@@ -269,17 +269,7 @@ fn run_pollster(args: &Args, bin_dir: &Path, fleet: &Fleet, dir: &Path) -> Row {
     } else {
         String::new()
     };
-    let child = Command::new(&bin)
-        .arg("serve")
-        .arg("--config")
-        .arg(&file)
-        .env("RUST_LOG", "warn")
-        // An admin exists, so the dashboard renders rather than sending to /setup.
-        .env("POLLSTER_ADMIN_PASSWORD", "side-by-side-benchmark")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-    let child = Guard(child);
+    let child = serve(&bin, &file);
     let pid = child.0.id();
     let metrics_addr: SocketAddr = format!("127.0.0.1:{metrics}").parse().expect("an address");
     std::thread::sleep(args.warmup);
@@ -315,17 +305,7 @@ fn run_pollster(args: &Args, bin_dir: &Path, fleet: &Fleet, dir: &Path) -> Row {
         std::thread::sleep(Duration::from_millis(500));
         let hits = fleet.hits();
         let started = Instant::now();
-        child = Guard(
-            Command::new(&bin)
-                .arg("serve")
-                .arg("--config")
-                .arg(&file)
-                .env("RUST_LOG", "warn")
-                .env("POLLSTER_ADMIN_PASSWORD", "side-by-side-benchmark")
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("pollster starts again"),
-        );
+        child = serve(&bin, &file);
         while fleet.hits() == hits {
             assert!(
                 started.elapsed() < Duration::from_secs(120),
@@ -452,6 +432,21 @@ fn ui_load(addr: SocketAddr, path: &str, token: &str, clients: usize, duration: 
         p99_ms: at(0.99),
         max_ms: lat.last().copied().unwrap_or(f64::NAN),
     }
+}
+
+/// `pollster serve --config FILE`, killed when the guard is dropped.
+fn serve(bin: &Path, file: &Path) -> Guard {
+    let child = Command::new(bin)
+        .arg("serve")
+        .arg("--config")
+        .arg(file)
+        .env("RUST_LOG", "warn")
+        // An admin exists, so the dashboard renders rather than sending to /setup.
+        .env("POLLSTER_ADMIN_PASSWORD", "side-by-side-benchmark")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    Guard(child)
 }
 
 /// Kills the child when dropped.
