@@ -74,7 +74,7 @@ fn app(dir: &std::path::Path) -> AppState {
             n += 1;
         }
     }
-    AppState::new(shared, WebState::new(false))
+    AppState::new(shared, WebState::new(Vec::new(), None))
 }
 
 fn history(now: Timestamp) -> Vec<(u64, Rollup)> {

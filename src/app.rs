@@ -18,6 +18,24 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub const SETTINGS_KEY: &str = web::api::settings::SETTINGS_KEY;
+/// The file in the data directory that holds the first-run setup code.
+pub const SETUP_CODE_FILE: &str = "setup-code";
+
+/// Write `text` to a new file readable by its owner only (0600).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let _ = std::fs::remove_file(path);
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -46,7 +64,9 @@ pub struct Application {
     metrics: TcpListener,
     api_addr: SocketAddr,
     metrics_addr: SocketAddr,
-    trust_proxy: bool,
+    proxies: Vec<ipnet::IpNet>,
+    max_connections: usize,
+    setup_code: Option<web::SetupCode>,
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
@@ -88,11 +108,37 @@ impl Application {
         let store = blocking(move || Store::open(&data_dir)).await??;
         tracing::info!(path = %store.path().display(), "database opened");
 
-        if let Some(pw) = config.admin_password.clone() {
-            let s = store.clone();
-            blocking(move || crate::accounts::set_admin_password(&s, &pw, Timestamp::now())).await??;
-            tracing::info!("admin password set from POLLSTER_ADMIN_PASSWORD");
+        let s = store.clone();
+        let admin_exists = blocking(move || s.user_count().map(|n| n > 0)).await??;
+        match config.admin_password.clone() {
+            // A password changed in the UI is never undone by a restart.
+            Some(_) if admin_exists => {
+                tracing::info!("POLLSTER_ADMIN_PASSWORD is ignored: the admin account exists already");
+            }
+            Some(pw) => {
+                let s = store.clone();
+                blocking(move || crate::accounts::set_admin_password(&s, &pw, Timestamp::now())).await??;
+                tracing::info!("admin account created from POLLSTER_ADMIN_PASSWORD");
+            }
+            None => {}
         }
+        let setup_code = if admin_exists || config.admin_password.is_some() {
+            let stale = config.server.data_dir.join(SETUP_CODE_FILE);
+            let _ = std::fs::remove_file(stale);
+            None
+        } else {
+            let code = web::SetupCode {
+                code: crate::web::session::random_hex(12),
+                file: config.server.data_dir.join(SETUP_CODE_FILE),
+            };
+            write_private(&code.file, &format!("{}\n", code.code))
+                .map_err(|e| AppError::Other(format!("cannot write {}: {e}", code.file.display())))?;
+            tracing::warn!(
+                file = %code.file.display(),
+                "no admin account yet: open /setup and enter the setup code from this file"
+            );
+            Some(code)
+        };
 
         let s = store.clone();
         let saved = blocking(move || s.get_settings(SETTINGS_KEY))
@@ -193,8 +239,15 @@ impl Application {
             metrics,
             api_addr,
             metrics_addr,
-            trust_proxy: config.server.trust_proxy,
+            proxies: config.server.proxy_nets(),
+            max_connections: config.server.max_connections,
+            setup_code,
         })
+    }
+
+    /// The first-run setup code, while no admin account exists.
+    pub fn setup_code(&self) -> Option<&str> {
+        self.setup_code.as_ref().map(|c| c.code.as_str())
     }
 
     pub fn api_addr(&self) -> SocketAddr {
@@ -212,30 +265,35 @@ impl Application {
     /// Serve until `shutdown` completes, then stop dispatching, let polls in
     /// flight finish (or abandon them after a bound) and flush state.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
-        let state = AppState::new(self.engine.shared().clone(), web::WebState::new(self.trust_proxy));
+        let state = AppState::new(
+            self.engine.shared().clone(),
+            web::WebState::new(self.proxies.clone(), self.setup_code.clone()),
+        );
         let state_store = state.shared.store.clone();
         let pruner = tokio::spawn(web::session_store::prune_loop(
             state.shared.store.clone(),
             std::time::Duration::from_secs(600),
         ));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|v| *v).await;
-        };
         tracing::info!(api = %self.api_addr, metrics = %self.metrics_addr, "listening");
-        let api = tokio::spawn(
-            axum::serve(
-                self.api,
-                web::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(stopped(stop_rx.clone()))
-            .into_future(),
-        );
-        let metrics = tokio::spawn(
-            axum::serve(self.metrics, web::metrics_router(state))
-                .with_graceful_shutdown(stopped(stop_rx))
-                .into_future(),
-        );
+        let api = tokio::spawn(web::serve::serve(
+            self.api,
+            web::router(state.clone()),
+            web::serve::Limits {
+                max_connections: self.max_connections,
+                header_timeout: web::serve::HEADER_TIMEOUT,
+            },
+            stop_rx.clone(),
+        ));
+        let metrics = tokio::spawn(web::serve::serve(
+            self.metrics,
+            web::metrics_router(state),
+            web::serve::Limits {
+                max_connections: web::serve::METRICS_MAX_CONNECTIONS,
+                header_timeout: web::serve::HEADER_TIMEOUT,
+            },
+            stop_rx,
+        ));
         shutdown.await;
         tracing::info!("shutting down");
         self.engine.shutdown(SHUTDOWN_GRACE).await;

@@ -92,6 +92,22 @@ pub struct DataDirArgs {
     pub config: Option<PathBuf>,
 }
 
+/// `--scope` of `admin create-token`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScopeArg {
+    Read,
+    Admin,
+}
+
+impl From<ScopeArg> for crate::store::TokenScope {
+    fn from(s: ScopeArg) -> Self {
+        match s {
+            ScopeArg::Read => crate::store::TokenScope::Read,
+            ScopeArg::Admin => crate::store::TokenScope::Admin,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
     /// Create an API token and print it (shown once).
@@ -101,6 +117,10 @@ pub enum AdminCommand {
         /// A name to recognise the token by.
         #[arg(long)]
         name: String,
+        /// What the token may do: `read` (every GET but the backup) or
+        /// `admin` (everything).
+        #[arg(long, value_enum, default_value_t = ScopeArg::Admin)]
+        scope: ScopeArg,
     },
     /// Set the admin password, read from standard input.
     SetPassword {
@@ -261,7 +281,7 @@ fn read_password() -> Result<String, Failure> {
 pub fn admin(cmd: AdminCommand, out: &mut dyn Write) -> Result<(), Failure> {
     let w = |out: &mut dyn Write, s: String| out.write_all(s.as_bytes()).map_err(|e| fail(e.to_string()));
     match cmd {
-        AdminCommand::CreateToken { dir, name } => {
+        AdminCommand::CreateToken { dir, name, scope } => {
             if name.trim().is_empty() || name.len() > 64 {
                 return Err(Failure {
                     code: EXIT_CONFIG,
@@ -269,9 +289,14 @@ pub fn admin(cmd: AdminCommand, out: &mut dyn Write) -> Result<(), Failure> {
                 });
             }
             let store = open_store(&dir)?;
-            let (token, info) = store.create_token(name.trim(), Timestamp::now())?;
+            let (token, info) = store.create_token(name.trim(), scope.into(), Timestamp::now())?;
             w(out, format!("{token}\n"))?;
-            eprintln!("created API token {} ({}); it is shown only once", info.id, info.name);
+            eprintln!(
+                "created {} API token {} ({}); it is shown only once",
+                info.scope.as_str(),
+                info.id,
+                info.name
+            );
         }
         AdminCommand::SetPassword { dir } => {
             let store = open_store(&dir)?;

@@ -132,12 +132,15 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
 
     let app = crate::app::Application::build(config).await.map_err(failure)?;
     let store = app.shared().store.clone();
-    let (token, _) = tokio::task::spawn_blocking(move || store.create_token("demo", Timestamp::now()))
-        .await
-        .map_err(failure)?
-        .map_err(failure)?;
+    let (token, _) = tokio::task::spawn_blocking(move || {
+        store.create_token("demo", crate::store::TokenScope::Admin, Timestamp::now())
+    })
+    .await
+    .map_err(failure)?
+    .map_err(failure)?;
     let api = app.api_addr();
     let metrics = app.metrics_addr();
+    let setup_code = app.setup_code().map(str::to_string);
     println!();
     println!(
         "  Pollster demo is running with {} simulated instances on {}",
@@ -154,6 +157,9 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
         None => println!("  Events       off; run with --sink URL to ship them to a receiver"),
     }
     println!("  API token    {token}");
+    if let Some(code) = &setup_code {
+        println!("  Setup code   {code}   (the first visit asks for it, with the admin password)");
+    }
     println!("  Data         {}", args.data_dir.display());
     println!();
     println!("  Stop with Ctrl-C.");

@@ -23,6 +23,8 @@ async fn flow(b: &Browser, app: &TestApp) {
     b.goto(&format!("{base}/")).await;
     assert!(b.url().await.ends_with("/setup"), "{}", b.url().await);
     b.screenshot("setup").await;
+    let code = std::fs::read_to_string(app.data_dir.path().join("setup-code")).expect("setup code file");
+    b.fill("#setup_code", code.trim()).await;
     b.fill("#password", PASSWORD).await;
     b.fill("#confirm", PASSWORD).await;
     b.click("form[action='/setup'] button[type=submit]").await;

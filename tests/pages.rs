@@ -16,6 +16,9 @@ struct Visitor {
     http: reqwest::Client,
     base: String,
     cookie: Option<String>,
+    /// The last `Set-Cookie` of the session cookie, attributes included.
+    set_cookie: String,
+    setup_code: std::path::PathBuf,
 }
 
 impl Visitor {
@@ -27,6 +30,8 @@ impl Visitor {
                 .expect("client"),
             base: app.url(""),
             cookie: None,
+            set_cookie: String::new(),
+            setup_code: app.data_dir.path().join("setup-code"),
         }
     }
 
@@ -37,6 +42,7 @@ impl Visitor {
                 && pair.starts_with("pollster_session=")
             {
                 self.cookie = Some(pair.to_string());
+                self.set_cookie = v.to_string();
             }
         }
     }
@@ -95,25 +101,25 @@ impl Visitor {
     }
 
     async fn setup(&mut self) {
-        let csrf = self.csrf("/setup").await;
+        let code = std::fs::read_to_string(&self.setup_code).expect("the setup code file exists before setup");
         let (s, loc, body) = self
             .post(
                 "/setup",
-                &[("_csrf", &csrf), ("password", PASSWORD), ("confirm", PASSWORD)],
+                &[
+                    ("setup_code", code.trim()),
+                    ("password", PASSWORD),
+                    ("confirm", PASSWORD),
+                ],
                 &[],
             )
             .await;
         assert_eq!((s, loc.as_str()), (303, "/"), "{body}");
+        assert!(!self.setup_code.exists(), "the setup code file is deleted after setup");
     }
 
     async fn login(&mut self, password: &str) -> (u16, String, String) {
-        let csrf = self.csrf("/login").await;
-        self.post(
-            "/login",
-            &[("_csrf", &csrf), ("username", "admin"), ("password", password)],
-            &[],
-        )
-        .await
+        self.post("/login", &[("username", "admin"), ("password", password)], &[])
+            .await
     }
 }
 
@@ -161,12 +167,11 @@ async fn every_page_needs_a_login() {
     }
     // /setup is closed: it leads to /login, and a POST cannot reset the password.
     assert_eq!(anon.get("/setup").await.1, "/login");
-    let csrf = anon.csrf("/login").await;
     let (_, loc, _) = anon
         .post(
             "/setup",
             &[
-                ("_csrf", &csrf),
+                ("setup_code", "whatever"),
                 ("password", "hijacked-pass"),
                 ("confirm", "hijacked-pass"),
             ],
@@ -268,21 +273,11 @@ async fn sessions_are_cycled_at_login_and_survive_a_restart() {
     let csrf = v.csrf("/").await;
     let (s, _, _) = v.post("/logout", &[("_csrf", csrf.as_str())], &[]).await;
     assert_eq!(s, 303);
-    let before = {
-        v.csrf("/login").await;
-        v.cookie.clone()
-    };
+    let before = v.cookie.clone();
     let (s, loc, _) = v.login(PASSWORD).await;
     assert_eq!((s, loc.as_str()), (303, "/"));
     assert_ne!(v.cookie, before, "a new session id at login");
-
-    let r = v.http.get(app.url("/login")).send().await.expect("get");
-    let set = r
-        .headers()
-        .get("set-cookie")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let set = v.set_cookie.clone();
     assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
     assert!(!set.contains("Secure"), "plain HTTP without a trusted proxy");
 
@@ -304,21 +299,20 @@ async fn secure_cookies_behind_a_trusted_https_proxy_and_the_admin_password_from
         ),
     ]);
     let app = TestApp::spawn_with(vec![("x", Behaviour::Healthy)], &env, |_| {}).await;
-    let v = Visitor::new(&app);
-    let r = v
-        .http
-        .get(app.url("/login"))
-        .header("x-forwarded-proto", "https")
-        .send()
-        .await
-        .expect("get");
-    let set = r
-        .headers()
-        .get("set-cookie")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    assert!(set.ends_with("; Secure"), "{set}");
+    let mut v = Visitor::new(&app);
+    let (s, _, _) = v
+        .post(
+            "/login",
+            &[("username", "admin"), ("password", "from-the-environment")],
+            &[("x-forwarded-proto", "https")],
+        )
+        .await;
+    assert_eq!(s, 303);
+    assert!(v.set_cookie.ends_with("; Secure"), "{}", v.set_cookie);
+    assert!(
+        !app.data_dir.path().join("setup-code").exists(),
+        "no setup code when the variable creates the admin"
+    );
     let mut v = Visitor::new(&app);
     assert_eq!(v.get("/setup").await.1, "/login", "the variable created the admin");
     assert_eq!(v.login("from-the-environment").await.1, "/");

@@ -303,10 +303,32 @@ async fn state_survives_sigkill_and_overdue_tasks_are_spread() {
     assert_eq!(code, 0, "{err}");
     let token = token.trim().to_string();
     assert!(token.starts_with("pst_"));
+    let (code, read_token, err) = run(&[
+        "admin",
+        "create-token",
+        "--config",
+        &cfg_path,
+        "--name",
+        "grafana",
+        "--scope",
+        "read",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("created read API token"), "{err}");
+    let read_token = read_token.trim().to_string();
 
     let client = reqwest::Client::new();
     let server = Server::start(&config, api_port, &token);
     server.wait_ready(&client).await;
+    for (path, expect) in [("/api/monitoring/scheduler/health", 200), ("/api/admin/backup", 403)] {
+        let r = client
+            .get(format!("http://127.0.0.1:{api_port}{path}"))
+            .bearer_auth(&read_token)
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(r.status().as_u16(), expect, "a read token: {path}");
+    }
 
     // Wait until the dead-letter entry and the open breaker are visible: from
     // then on they are acknowledged, so they must survive a SIGKILL.

@@ -17,4 +17,8 @@ if command -v systemctl >/dev/null 2>&1; then
 		fi
 	fi
 fi
+if [ "$1" -eq 1 ]; then
+	echo "pollster: open http://$(hostname 2>/dev/null):7655/setup and enter the"
+	echo "pollster: setup code from /var/lib/pollster/setup-code (sudo cat /var/lib/pollster/setup-code) to create the admin."
+fi
 exit 0

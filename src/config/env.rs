@@ -133,6 +133,8 @@ pub(super) const SERVER_VARS: &[EnvVar<ServerConfig>] = &[
     flat!("POLLSTER_METRICS_LISTEN", "server", metrics_listen, parse_addr),
     flat!("POLLSTER_DATA_DIR", "server", data_dir, parse_path),
     flat!("POLLSTER_TRUST_PROXY", "server", trust_proxy, parse_bool),
+    flat!("POLLSTER_TRUSTED_PROXIES", "server", trusted_proxies, parse_list),
+    flat!("POLLSTER_MAX_CONNECTIONS", "server", max_connections, parse_whole),
 ];
 
 pub(super) const SINK_URL: &str = "POLLSTER_SINK_URL";
@@ -211,6 +213,16 @@ fn parse_addr(raw: &str) -> Result<SocketAddr, String> {
 
 fn parse_path(raw: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(raw))
+}
+
+/// Comma-separated, e.g. `10.0.0.5, 10.1.0.0/16`.
+fn parse_list(raw: &str) -> Result<Vec<String>, String> {
+    Ok(raw
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect())
 }
 
 fn parse_string(raw: &str) -> Result<String, String> {
@@ -398,9 +410,31 @@ pub(super) fn read(
         monitoring,
         server,
         sink,
-        admin_password: value(env, ADMIN_PASSWORD).map(str::to_string),
+        admin_password: match value(env, ADMIN_PASSWORD) {
+            Some(v) => Some(v.to_string()),
+            None => credential(env, "admin_password")?,
+        },
         warnings,
     })
+}
+
+/// A systemd credential (`LoadCredential=NAME:…`): the file `NAME` in
+/// `$CREDENTIALS_DIRECTORY`, without its trailing newline.
+fn credential(env: &BTreeMap<String, String>, name: &str) -> Result<Option<String>, ConfigError> {
+    let Some(dir) = env.get("CREDENTIALS_DIRECTORY").filter(|d| !d.is_empty()) else {
+        return Ok(None);
+    };
+    let path = std::path::Path::new(dir).join(name);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(text.trim_end_matches(['\r', '\n']).to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ConfigError::new(
+            ENVIRONMENT,
+            "CREDENTIALS_DIRECTORY",
+            path.display().to_string(),
+            format!("cannot read the credential: {e}"),
+        )),
+    }
 }
 
 // ---------------------------------------------------------------- unknown names

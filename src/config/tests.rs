@@ -808,6 +808,60 @@ fn admin_password_is_read_and_never_debug_printed() {
 }
 
 #[test]
+fn the_admin_password_may_come_from_a_systemd_credential() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let creds = dir.path().to_string_lossy().to_string();
+    let c = load(None, &env_of(&[("CREDENTIALS_DIRECTORY", &creds)])).expect("ok");
+    assert_eq!(c.admin_password, None, "no credential file: no password");
+    std::fs::write(dir.path().join("admin_password"), "from-a-credential\n").expect("write");
+    let c = load(None, &env_of(&[("CREDENTIALS_DIRECTORY", &creds)])).expect("ok");
+    assert_eq!(c.admin_password.as_deref(), Some("from-a-credential"));
+    let both = env_of(&[
+        ("CREDENTIALS_DIRECTORY", &creds),
+        ("POLLSTER_ADMIN_PASSWORD", "the-variable"),
+    ]);
+    assert_eq!(
+        load(None, &both).expect("ok").admin_password.as_deref(),
+        Some("the-variable")
+    );
+}
+
+#[test]
+fn trusted_proxies_are_addresses_or_ranges_and_a_bad_one_is_named() {
+    let c = load(
+        None,
+        &env_of(&[("POLLSTER_TRUSTED_PROXIES", "10.0.0.5, 10.1.0.0/16,::1")]),
+    )
+    .expect("ok");
+    assert_eq!(c.server.trusted_proxies.len(), 3);
+    assert_eq!(c.server.proxy_nets().len(), 3);
+    let err = load(None, &env_of(&[("POLLSTER_TRUSTED_PROXIES", "10.0.0.5,nope")])).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("POLLSTER_TRUSTED_PROXIES") && msg.contains("nope"),
+        "{msg}"
+    );
+    let (_tc, r) = load_text("[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", &no_env());
+    let msg = r.unwrap_err().to_string();
+    assert!(
+        msg.contains("server.trusted_proxies[0]") && msg.contains("10.0.0.0/33"),
+        "{msg}"
+    );
+    // trust_proxy alone trusts loopback.
+    let c = load(None, &env_of(&[("POLLSTER_TRUST_PROXY", "true")])).expect("ok");
+    let nets = c.server.proxy_nets();
+    assert!(
+        nets.iter()
+            .any(|n| n.contains(&"127.0.0.1".parse::<std::net::IpAddr>().expect("ip")))
+    );
+    assert!(
+        !nets
+            .iter()
+            .any(|n| n.contains(&"10.0.0.1".parse::<std::net::IpAddr>().expect("ip")))
+    );
+}
+
+#[test]
 fn known_env_vars_cover_every_scalar_setting() {
     let known = known_env_vars();
     let mut unique = known.clone();
@@ -844,12 +898,14 @@ fn known_env_vars_cover_every_scalar_setting() {
         "POLLSTER_METRICS_LISTEN",
         "POLLSTER_DATA_DIR",
         "POLLSTER_TRUST_PROXY",
+        "POLLSTER_TRUSTED_PROXIES",
+        "POLLSTER_MAX_CONNECTIONS",
         "POLLSTER_ADMIN_PASSWORD",
     ] {
         assert!(known.contains(&var), "{var} missing");
     }
     // And nothing else.
-    assert_eq!(known.len(), 22 + 4 + 6 + 1);
+    assert_eq!(known.len(), 22 + 6 + 6 + 1);
 }
 
 #[test]

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub rate_limited: IntCounterVec,
     /// How long due tasks of a pool waited for its token bucket.
     pub budget_wait: HistogramVec,
+    /// Password checks (login, setup code, password change) by result.
+    pub logins: IntCounterVec,
 }
 
 impl Metrics {
@@ -68,6 +70,19 @@ impl Metrics {
             &["pool"],
         )?;
         registry.register(Box::new(budget_wait.clone()))?;
+        let logins = IntCounterVec::new(
+            Opts::new(
+                "pollster_login_attempts_total",
+                "Password and setup-code checks, by result: success, failure (a wrong password or code), \
+                 locked (refused during an address's lockout or while its previous attempt runs) \
+                 and busy (refused because the server was checking as many passwords as it allows).",
+            ),
+            &["result"],
+        )?;
+        for r in ["success", "failure", "locked", "busy"] {
+            logins.with_label_values(&[r]);
+        }
+        registry.register(Box::new(logins.clone()))?;
         registry.register(Box::new(PlanCollector::new(budgets)?))?;
         let poll = Arc::new(PollSeries::new()?);
         let dispatch_lateness = prometheus::Histogram::with_opts(
@@ -88,6 +103,7 @@ impl Metrics {
             dispatch_lateness,
             rate_limited,
             budget_wait,
+            logins,
         })
     }
 

@@ -1,5 +1,7 @@
 //! Online backup: every table copied from ONE read transaction (a single
 //! committed snapshot) into a fresh redb file, while writers carry on. The
+//! sessions table is created empty: a backup must never log anyone in
+//! (login throttling lives in memory and is never stored at all). The
 //! copy is built beside the destination and renamed into place, so `dest` is
 //! either the old file or a complete, openable new one.
 
@@ -8,7 +10,7 @@ use std::path::Path;
 
 use redb::ReadableTable;
 
-use super::tables::ALL;
+use super::tables::{ALL, SESSIONS};
 use super::{Ctx, Store, StoreError, begin_durable_write, create_database, io_error};
 
 impl Store {
@@ -52,6 +54,9 @@ fn copy_snapshot(snapshot: &redb::ReadTransaction, path: &Path) -> Result<(), St
     for table in ALL {
         let src = snapshot.open_table(table.def).ctx("opening a table to back up")?;
         let mut dst = txn.open_table(table.def).ctx("creating a table in the backup")?;
+        if table.name == SESSIONS.name {
+            continue;
+        }
         for entry in src.iter().ctx("reading a table to back up")? {
             let (k, v) = entry.ctx("reading a table to back up")?;
             dst.insert(k.value(), v.value()).ctx("writing the backup")?;

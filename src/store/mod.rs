@@ -61,8 +61,8 @@ use redb::{
 pub use history::Rollup;
 pub use records::LoadedTasks;
 pub use schema::SCHEMA_VERSION;
-pub use sessions::SessionRow;
-pub use tokens::{TOKEN_PREFIX, TokenInfo};
+pub use sessions::{SessionRow, SessionWrite, session_key};
+pub use tokens::{TOKEN_PREFIX, TokenInfo, TokenScope};
 pub use users::UserRecord;
 
 /// Name of the database file inside the data directory.
@@ -169,7 +169,30 @@ fn open_error(path: &Path, err: DatabaseError) -> StoreError {
 }
 
 /// Creates (or opens) a redb file with Pollster's settings.
+/// Opens (or creates) a database file. A new file is created readable by
+/// its owner only: it holds credentials.
 fn create_database(path: &Path) -> Result<Database, StoreError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // A file an older release made 0644: close it to others.
+                if let Ok(meta) = std::fs::metadata(path)
+                    && meta.permissions().mode() & 0o077 != 0
+                {
+                    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+                }
+            }
+            Err(e) => return Err(io_error(path)(e)),
+        }
+    }
     Builder::new()
         .set_cache_size(CACHE_BYTES)
         .set_check_integrity_on_open(true)
@@ -205,7 +228,11 @@ impl Store {
     /// missing, creating every table, and checking (or writing) the schema
     /// version: an older file is migrated, a newer one is refused untouched.
     pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(data_dir).map_err(io_error(data_dir))?;
+        let mut dir = std::fs::DirBuilder::new();
+        dir.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut dir, 0o700);
+        dir.create(data_dir).map_err(io_error(data_dir))?;
         let path = data_dir.join(FILE_NAME);
         let db = create_database(&path)?;
         schema::prepare(&db, &path)?;

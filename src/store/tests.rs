@@ -489,7 +489,9 @@ fn data_survives_a_restart() {
         store
             .put_settings("monitoring", &serde_json::json!({"a": 1}))
             .expect("settings");
-        store.create_token("ops", Timestamp(7)).expect("token")
+        store
+            .create_token("ops", TokenScope::Admin, Timestamp(7))
+            .expect("token")
     };
     let store = Store::open(dir.path()).expect("reopen");
     assert_eq!(
@@ -511,7 +513,11 @@ fn token_plaintext_never_reaches_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path()).expect("open");
     let tokens: Vec<_> = (0..5)
-        .map(|i| store.create_token(&format!("token-{i}"), Timestamp(i)).expect("create"))
+        .map(|i| {
+            store
+                .create_token(&format!("token-{i}"), TokenScope::Admin, Timestamp(i))
+                .expect("create")
+        })
         .collect();
     // Revoke one so freed pages are part of the scan too.
     assert!(store.revoke_token(&tokens[0].1.id).expect("revoke"));
@@ -543,7 +549,7 @@ fn backup_copies_every_table() {
     store
         .put_settings("monitoring", &serde_json::json!({"x": true}))
         .expect("settings");
-    let (plain, info) = store.create_token("t", Timestamp(1)).expect("token");
+    let (plain, info) = store.create_token("t", TokenScope::Admin, Timestamp(1)).expect("token");
     put_raw(&store, tables::USERS, b"admin", b"\x01{}");
     put_raw(&store, tables::HISTORY, &[0, 0, 1], b"\x01[]");
 

@@ -24,6 +24,36 @@ const ID_BYTES: usize = 4;
 /// New secrets tried when an id is taken; a clash is already a 1-in-4-billion event.
 const CREATE_ATTEMPTS: usize = 8;
 
+/// What a token may do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenScope {
+    /// Read everything but the backup; change nothing (Grafana, scripts).
+    Read,
+    /// Everything an operator may do. Tokens made before scopes existed are
+    /// admin tokens.
+    #[default]
+    Admin,
+}
+
+impl TokenScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenScope::Read => "read",
+            TokenScope::Admin => "admin",
+        }
+    }
+
+    /// `read` or `admin`.
+    pub fn parse(s: &str) -> Option<TokenScope> {
+        match s.trim() {
+            "read" => Some(TokenScope::Read),
+            "admin" => Some(TokenScope::Admin),
+            _ => None,
+        }
+    }
+}
+
 /// What is known about a token without its plaintext.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenInfo {
@@ -31,6 +61,8 @@ pub struct TokenInfo {
     pub id: String,
     pub name: String,
     pub created: Timestamp,
+    #[serde(default)]
+    pub scope: TokenScope,
 }
 
 fn hash(plaintext: &str) -> [u8; 32] {
@@ -71,8 +103,13 @@ fn keys_with_prefix(
 impl Store {
     /// Creates a token named `name`. Returns the plaintext — shown to the
     /// operator once, unrecoverable afterwards — and its public info.
-    pub fn create_token(&self, name: &str, now: Timestamp) -> Result<(String, TokenInfo), StoreError> {
-        self.create_token_from(name, now, os_secret)
+    pub fn create_token(
+        &self,
+        name: &str,
+        scope: TokenScope,
+        now: Timestamp,
+    ) -> Result<(String, TokenInfo), StoreError> {
+        self.create_token_from(name, scope, now, os_secret)
     }
 
     /// [`Store::create_token`] with the secret source passed in (tests
@@ -80,6 +117,7 @@ impl Store {
     fn create_token_from(
         &self,
         name: &str,
+        scope: TokenScope,
         now: Timestamp,
         mut next_secret: impl FnMut() -> Result<[u8; SECRET_BYTES], StoreError>,
     ) -> Result<(String, TokenInfo), StoreError> {
@@ -97,6 +135,7 @@ impl Store {
                     id: hex::encode(&digest[..ID_BYTES]),
                     name: name.to_string(),
                     created: now,
+                    scope,
                 };
                 let v = codec::encode("token", &info)?;
                 table.insert(digest.as_slice(), v.as_slice()).ctx("writing a token")?;
@@ -167,6 +206,15 @@ impl Store {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_token_stored_before_scopes_is_an_admin_token() {
+        let old = br#"{"id":"0a0b0c0d","name":"old","created":5}"#;
+        let mut bytes = vec![super::super::codec::FORMAT_JSON_V1];
+        bytes.extend_from_slice(old);
+        let info: TokenInfo = codec::decode("tokens", b"k", &bytes).expect("decodes");
+        assert_eq!(info.scope, TokenScope::Admin);
+    }
+
     fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
@@ -176,7 +224,9 @@ mod tests {
     #[test]
     fn create_verify_revoke() {
         let (_dir, store) = store();
-        let (plain, info) = store.create_token("ci", Timestamp(1_000)).expect("create");
+        let (plain, info) = store
+            .create_token("ci", TokenScope::Admin, Timestamp(1_000))
+            .expect("create");
         assert!(well_formed(&plain), "{plain}");
         assert_eq!(plain.len(), 44);
         assert_eq!(info.name, "ci");
@@ -212,10 +262,15 @@ mod tests {
     #[test]
     fn tokens_are_distinct_and_listed_oldest_first() {
         let (_dir, store) = store();
-        let (p2, t2) = store.create_token("second", Timestamp(20)).expect("create");
-        let (p1, t1) = store.create_token("first", Timestamp(10)).expect("create");
+        let (p2, t2) = store
+            .create_token("second", TokenScope::Read, Timestamp(20))
+            .expect("create");
+        let (p1, t1) = store
+            .create_token("first", TokenScope::Admin, Timestamp(10))
+            .expect("create");
         assert_ne!(p1, p2);
         assert_eq!(store.list_tokens().expect("list"), vec![t1.clone(), t2.clone()]);
+        assert_eq!((t1.scope, t2.scope), (TokenScope::Admin, TokenScope::Read));
         assert!(store.revoke_token(&t1.id).expect("revoke"));
         assert_eq!(store.verify_token(&p2).expect("verify"), Some(t2));
     }
@@ -225,9 +280,13 @@ mod tests {
         let (_dir, store) = store();
         let mut secrets = vec![[2u8; SECRET_BYTES], [1u8; SECRET_BYTES], [1u8; SECRET_BYTES]];
         let mut next = || secrets.pop().ok_or(StoreError::Randomness { reason: "out".into() });
-        let (p1, t1) = store.create_token_from("a", Timestamp(1), &mut next).expect("first");
+        let (p1, t1) = store
+            .create_token_from("a", TokenScope::Admin, Timestamp(1), &mut next)
+            .expect("first");
         // The second draw repeats the first secret, so its id is taken; the third is used.
-        let (p2, t2) = store.create_token_from("b", Timestamp(2), &mut next).expect("second");
+        let (p2, t2) = store
+            .create_token_from("b", TokenScope::Admin, Timestamp(2), &mut next)
+            .expect("second");
         assert_eq!(p1, format!("pst_{}", "01".repeat(20)));
         assert_eq!(p2, format!("pst_{}", "02".repeat(20)));
         assert_ne!(t1.id, t2.id);
@@ -235,7 +294,7 @@ mod tests {
 
         // A source that only ever repeats gives up with an error and writes nothing.
         let err = store
-            .create_token_from("c", Timestamp(3), || Ok([1u8; SECRET_BYTES]))
+            .create_token_from("c", TokenScope::Admin, Timestamp(3), || Ok([1u8; SECRET_BYTES]))
             .unwrap_err();
         assert!(matches!(err, StoreError::Randomness { .. }), "{err:?}");
         assert_eq!(store.list_tokens().expect("list").len(), 2);

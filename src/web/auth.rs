@@ -12,6 +12,7 @@
 use super::AppState;
 use super::error::ApiError;
 use super::session::{self, CSRF_FIELD, CSRF_HEADER};
+use crate::store::{TokenInfo, TokenScope};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
@@ -19,17 +20,52 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use tower_sessions::Session;
 
+fn token_principal(info: TokenInfo) -> Principal {
+    Principal::Token {
+        id: info.id,
+        name: info.name,
+        scope: info.scope,
+    }
+}
+
+/// What a `read` token may not do: change anything, or take the backup
+/// (it holds every instance's credentials).
+fn read_scope_refusal(req: &Request) -> Option<ApiError> {
+    let path = req.uri().path();
+    if path == "/admin/backup" || path == "/api/admin/backup" {
+        return Some(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a read token cannot download the backup; use an admin token",
+        ));
+    }
+    if !session::is_safe(req.method()) {
+        return Some(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a read token cannot change anything; use an admin token",
+        ));
+    }
+    None
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Principal {
-    Token { id: String, name: String },
-    Session { user: String },
+    Token {
+        id: String,
+        name: String,
+        scope: TokenScope,
+    },
+    Session {
+        user: String,
+    },
 }
 
 impl Principal {
     /// Who did it, for logs and events.
     pub fn actor(&self) -> String {
         match self {
-            Principal::Token { name, id } => format!("token:{name}({id})"),
+            Principal::Token { name, id, .. } => format!("token:{name}({id})"),
             Principal::Session { user } => format!("user:{user}"),
         }
     }
@@ -63,10 +99,12 @@ pub async fn require_auth(
         let Some(info) = found else {
             return Err(ApiError::unauthorized());
         };
-        req.extensions_mut().insert(Principal::Token {
-            id: info.id,
-            name: info.name,
-        });
+        if info.scope == TokenScope::Read
+            && let Some(refused) = read_scope_refusal(&req)
+        {
+            return Err(refused);
+        }
+        req.extensions_mut().insert(token_principal(info));
         return Ok(next.run(req).await);
     }
     let Some(user) = session::user(&session).await else {
@@ -103,10 +141,7 @@ pub async fn require_login(State(app): State<AppState>, session: Session, mut re
         let store = app.shared.store.clone();
         return match tokio::task::spawn_blocking(move || store.verify_token(&token)).await {
             Ok(Ok(Some(info))) => {
-                req.extensions_mut().insert(Principal::Token {
-                    id: info.id,
-                    name: info.name,
-                });
+                req.extensions_mut().insert(token_principal(info));
                 next.run(req).await
             }
             Ok(Ok(None)) => ApiError::unauthorized().into_response(),
@@ -126,6 +161,18 @@ pub async fn require_login(State(app): State<AppState>, session: Session, mut re
             Redirect::to(target).into_response()
         }
     }
+}
+
+/// The login and setup forms: no session exists yet to hold a token, so a
+/// change must come from a page of this origin (`Origin` /
+/// `Sec-Fetch-Site`, which every browser sends with a form post).
+pub async fn same_origin_form(req: Request, next: Next) -> Response {
+    if !session::is_safe(req.method())
+        && let Err(m) = session::same_origin(req.headers())
+    {
+        return (StatusCode::FORBIDDEN, m).into_response();
+    }
+    next.run(req).await
 }
 
 /// Every state-changing page request: same-origin and the form's `_csrf`

@@ -100,9 +100,15 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))?;
+        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
+            // The body limit: 413, as for any other body that is too large.
+            let status = e.status();
+            if status == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(status, "too_large", "the request body is larger than 1 MiB")
+            } else {
+                ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.body_text())
+            }
+        })?;
         parse_json(&bytes).map(JsonBody)
     }
 }

@@ -9,6 +9,8 @@ pub mod chart;
 pub mod error;
 pub mod ops;
 pub mod pages;
+pub mod redact;
+pub mod serve;
 pub mod session;
 pub mod session_store;
 pub mod throttle;
@@ -38,8 +40,14 @@ pub struct WebState {
     /// The last health document and when its build started.
     pub health_cache: std::sync::Mutex<Option<(std::time::Instant, axum::body::Bytes)>>,
     pub throttle: std::sync::Mutex<throttle::LoginThrottle>,
-    /// Trust `X-Forwarded-For` / `X-Forwarded-Proto` (operator setting).
-    pub trust_proxy: bool,
+    /// Password checks (argon2, about 19 MiB each) that may run at once;
+    /// an attempt beyond them is refused with 429 and `Retry-After`.
+    pub password_checks: Arc<tokio::sync::Semaphore>,
+    /// The reverse proxies whose `X-Forwarded-*` headers are believed.
+    pub proxies: Vec<ipnet::IpNet>,
+    /// The one-time code `/setup` asks for (also in `<data_dir>/setup-code`);
+    /// `None` once an admin exists.
+    pub setup_code: std::sync::Mutex<Option<SetupCode>>,
     /// An admin exists (once true, stays true).
     pub admin_known: std::sync::atomic::AtomicBool,
     /// Serialises first-run setup.
@@ -52,19 +60,70 @@ impl Default for WebState {
             render_slot: tokio::sync::Semaphore::new(1),
             health_cache: Default::default(),
             throttle: Default::default(),
-            trust_proxy: false,
+            password_checks: Arc::new(tokio::sync::Semaphore::new(PASSWORD_CHECKS)),
+            proxies: Vec::new(),
+            setup_code: Default::default(),
             admin_known: Default::default(),
             setup_lock: Default::default(),
         }
     }
 }
 
+/// Password checks that may run at once (see [`WebState::password_checks`]).
+pub const PASSWORD_CHECKS: usize = 3;
+
+/// The first-run setup code and the file it was written to.
+#[derive(Debug, Clone)]
+pub struct SetupCode {
+    pub code: String,
+    pub file: std::path::PathBuf,
+}
+
 impl WebState {
-    pub fn new(trust_proxy: bool) -> Self {
+    pub fn new(proxies: Vec<ipnet::IpNet>, setup_code: Option<SetupCode>) -> Self {
         WebState {
-            trust_proxy,
+            proxies,
+            setup_code: std::sync::Mutex::new(setup_code),
             ..Default::default()
         }
+    }
+
+    /// Whether `peer` is a reverse proxy the operator trusts.
+    pub fn trusted_proxy(&self, peer: std::net::IpAddr) -> bool {
+        let peer = peer.to_canonical();
+        self.proxies.iter().any(|n| n.contains(&peer))
+    }
+
+    /// The client's address: the socket peer, or, when the peer is a
+    /// trusted proxy, the right-most `X-Forwarded-For` address that is not
+    /// one (each proxy appends the address it got the request from, so the
+    /// entries left of it are whatever the client chose to send).
+    pub fn client_ip(&self, peer: std::net::IpAddr, headers: &header::HeaderMap) -> std::net::IpAddr {
+        let peer = peer.to_canonical();
+        if !self.trusted_proxy(peer) {
+            return peer;
+        }
+        let hops: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        for hop in hops.iter().rev() {
+            match hop.parse::<std::net::IpAddr>() {
+                Ok(ip) if self.trusted_proxy(ip) => continue,
+                Ok(ip) => return ip.to_canonical(),
+                // Not an address: nothing to its left can be trusted.
+                Err(_) => return peer,
+            }
+        }
+        peer
+    }
+
+    pub fn setup_code(&self) -> std::sync::MutexGuard<'_, Option<SetupCode>> {
+        self.setup_code.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn throttle(&self) -> std::sync::MutexGuard<'_, throttle::LoginThrottle> {
@@ -173,7 +232,10 @@ pub fn router(state: AppState) -> Router {
     let protected = pages::protected()
         .route_layer(axum::middleware::from_fn(auth::csrf_form))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_login));
-    let public = pages::public().route_layer(axum::middleware::from_fn(auth::csrf_form));
+    // Before login there is no session to hold a CSRF token (and none is
+    // stored for an anonymous visitor): the login and setup forms are
+    // protected by the same-origin check alone.
+    let public = pages::public().route_layer(axum::middleware::from_fn(auth::same_origin_form));
     Router::new()
         .route("/healthz", get(api::health::healthz))
         .route("/readyz", get(api::health::readyz))
@@ -187,7 +249,31 @@ pub fn router(state: AppState) -> Router {
         // Outside the session layer, so it sees the cookie that layer sets.
         .layer(axum::middleware::from_fn_with_state(state.clone(), secure_cookie))
         .layer(axum::extract::DefaultBodyLimit::max(1024 * 1024))
+        .layer(axum::middleware::from_fn(serve::request_timeout))
+        .layer(axum::middleware::from_fn(security_headers))
         .with_state(state)
+}
+
+/// The headers every answer carries: no framing, no inline script or style,
+/// no sniffing, no referrer, and nothing but static assets kept in a cache.
+async fn security_headers(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::http::HeaderValue;
+    let cacheable = req.uri().path().starts_with("/static/");
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    if !cacheable {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    resp
 }
 
 /// A known path asked with a method it does not serve (axum adds `Allow`).
@@ -210,7 +296,11 @@ async fn secure_cookie(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let https = app.web.trust_proxy
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    let https = peer.is_some_and(|p| app.web.trusted_proxy(p))
         && req
             .headers()
             .get("x-forwarded-proto")

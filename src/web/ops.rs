@@ -104,8 +104,19 @@ pub async fn update_instance(
             "cannot be changed; delete the instance and add it again",
         )));
     }
+    i.url = super::redact::restore_url_password(&i.url, &existing.url, "url").map_err(ApiError::invalid)?;
     if keep_auth {
-        i.auth = existing.auth.clone();
+        // Stored credentials go only where they were given for.
+        if super::redact::same_origin(&i.url, &existing.url) {
+            i.auth = existing.auth.clone();
+        } else if let Some(field) = super::redact::secret_field(&existing.auth) {
+            return Err(ApiError::invalid(FieldError::new(
+                field,
+                crate::model::HIDDEN,
+                "the URL now points to another host, so the stored credentials are not sent there; \
+                 give them again (or choose no authentication)",
+            )));
+        }
     }
     validate(app, &i)?;
     drop(cat);
@@ -332,9 +343,11 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
     Ok(budget)
 }
 
-/// A sink's settings as the API and pages show them: header values hidden.
+/// A sink's settings as the API and pages show them: header values and any
+/// password in the URL hidden.
 pub fn sink_json(c: &SinkConfig) -> Value {
     let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+    v["url"] = Value::String(super::redact::mask_url(&c.url));
     if let Some(h) = v.get_mut("headers").and_then(Value::as_object_mut) {
         for value in h.values_mut() {
             *value = Value::String(crate::model::HIDDEN.into());
@@ -428,6 +441,41 @@ pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Opti
                 continue;
             }
             doc[k.as_str()] = v.clone();
+        }
+        // Stored secrets go only where they were given for: a new origin
+        // drops the stored header values and URL password unless they are
+        // given again.
+        if let Some(old) = &current {
+            let new_url = doc.get("url").and_then(Value::as_str).unwrap_or_default().to_string();
+            let restored = super::redact::restore_url_password(&new_url, &old.url, "url").map_err(ApiError::invalid)?;
+            doc["url"] = Value::String(restored.clone());
+            if !super::redact::same_origin(&restored, &old.url)
+                && let Some(headers) = doc.get("headers").and_then(Value::as_object)
+            {
+                let given = patch
+                    .get("headers")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                for (name, value) in headers {
+                    let stored = old
+                        .headers
+                        .get(name)
+                        .is_some_and(|s| value.as_str() == Some(s.as_str()));
+                    let sent_anew = given
+                        .get(name)
+                        .and_then(Value::as_str)
+                        .is_some_and(|g| g != crate::model::HIDDEN);
+                    if stored && !sent_anew {
+                        return Err(ApiError::invalid(FieldError::new(
+                            format!("headers.{name}"),
+                            crate::model::HIDDEN,
+                            "the sink URL now points to another host, so the stored header value is not sent there; \
+                             give it again (or remove the header)",
+                        )));
+                    }
+                }
+            }
         }
         let c: SinkConfig = super::error::parse_json(&serde_json::to_vec(&doc).unwrap_or_default())?;
         c.validate().map_err(ApiError::invalid)?;

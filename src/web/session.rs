@@ -51,13 +51,16 @@ pub fn same_token(a: &str, b: &str) -> bool {
 
 /// Is this request from our own pages? Browsers send `Sec-Fetch-Site`
 /// (modern) and `Origin` (on POST); either, when present, must say
-/// same-origin. Requests without both (old browsers, curl) still need the
-/// CSRF token.
+/// same-origin. `Sec-Fetch-Site` is set by the browser alone and decides
+/// when present: under `Referrer-Policy: no-referrer` browsers send
+/// `Origin: null` even for a form of our own. Requests without both (old
+/// browsers, curl) still need the CSRF token.
 pub fn same_origin(headers: &HeaderMap) -> Result<(), &'static str> {
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
-        && !matches!(site, "same-origin" | "none")
-    {
-        return Err("cross-site request refused");
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        return match site {
+            "same-origin" | "none" => Ok(()),
+            _ => Err("cross-site request refused"),
+        };
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
         let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -95,6 +98,23 @@ mod tests {
         assert!(same_origin(&headers(&[("host", "a"), ("sec-fetch-site", "cross-site")])).is_err());
         assert!(same_origin(&headers(&[("host", "a"), ("sec-fetch-site", "same-site")])).is_err());
         assert!(same_origin(&headers(&[("host", "a"), ("sec-fetch-site", "same-origin")])).is_ok());
+        // no-referrer makes a browser send Origin: null with its own forms.
+        assert!(
+            same_origin(&headers(&[
+                ("host", "a"),
+                ("sec-fetch-site", "same-origin"),
+                ("origin", "null")
+            ]))
+            .is_ok()
+        );
+        assert!(
+            same_origin(&headers(&[
+                ("host", "a"),
+                ("sec-fetch-site", "cross-site"),
+                ("origin", "http://a")
+            ]))
+            .is_err()
+        );
     }
 
     #[test]

@@ -1,8 +1,14 @@
 //! A tower-sessions `SessionStore` over redb, so logins survive restarts.
 //! Each call runs its redb transaction on a blocking thread. Expired rows
 //! are ignored on load and pruned by [`prune_loop`].
+//!
+//! A row is keyed by the SHA-256 of the session id and holds the record with
+//! its id blanked, so the database (and so a backup) holds nothing a cookie
+//! can be made from. An update never brings back a row that is gone: a
+//! session ended by logout or a password change stays ended, even when a
+//! request of it was still in flight.
 
-use crate::store::{SessionRow, Store};
+use crate::store::{SessionRow, SessionWrite, Store, session_key};
 use std::time::Duration;
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, SessionStore};
@@ -30,9 +36,19 @@ impl RedbSessionStore {
 }
 
 fn row(record: &Record) -> session_store::Result<SessionRow> {
+    let blanked = Record {
+        id: Id(0),
+        data: record.data.clone(),
+        expiry_date: record.expiry_date,
+    };
     Ok(SessionRow {
         expires: record.expiry_date.unix_timestamp(),
-        record: serde_json::to_string(record).map_err(|e| session_store::Error::Encode(e.to_string()))?,
+        record: serde_json::to_string(&blanked).map_err(|e| session_store::Error::Encode(e.to_string()))?,
+        user: record
+            .data
+            .get(crate::web::session::USER_KEY)
+            .and_then(|v| v.as_str())
+            .map(str::to_string),
     })
 }
 
@@ -41,8 +57,11 @@ impl SessionStore for RedbSessionStore {
     async fn create(&self, record: &mut Record) -> session_store::Result<()> {
         loop {
             let r = row(record)?;
-            let id = record.id.to_string();
-            if self.blocking(move |s| s.put_session(&id, &r, true)).await? {
+            let key = session_key(&record.id.to_string());
+            if self
+                .blocking(move |s| s.put_session(&key, &r, SessionWrite::Create))
+                .await?
+            {
                 return Ok(());
             }
             // Id collision: draw another.
@@ -52,13 +71,14 @@ impl SessionStore for RedbSessionStore {
 
     async fn save(&self, record: &Record) -> session_store::Result<()> {
         let r = row(record)?;
-        let id = record.id.to_string();
-        self.blocking(move |s| s.put_session(&id, &r, false)).await?;
+        let key = session_key(&record.id.to_string());
+        self.blocking(move |s| s.put_session(&key, &r, SessionWrite::Update))
+            .await?;
         Ok(())
     }
 
     async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
-        let key = id.to_string();
+        let key = session_key(&id.to_string());
         let Some(r) = self.blocking(move |s| s.get_session(&key)).await? else {
             return Ok(None);
         };
@@ -66,11 +86,14 @@ impl SessionStore for RedbSessionStore {
             return Ok(None);
         }
         // An unreadable record is a logged-out session, not an error page.
-        Ok(serde_json::from_str(&r.record).ok())
+        Ok(serde_json::from_str::<Record>(&r.record).ok().map(|mut rec| {
+            rec.id = *id;
+            rec
+        }))
     }
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {
-        let key = id.to_string();
+        let key = session_key(&id.to_string());
         self.blocking(move |s| s.delete_session(&key)).await
     }
 }
@@ -113,6 +136,15 @@ mod tests {
         let s = RedbSessionStore::new(store.clone());
         let loaded = s.load(&id).await.expect("load").expect("present after reopen");
         assert_eq!(loaded.data.get("user"), Some(&serde_json::json!("admin")));
+        assert_eq!(loaded.id, id);
+        // Neither the key nor the value holds the id.
+        assert!(store.get_session(&id.to_string()).expect("get").is_none());
+        let stored = store
+            .get_session(&session_key(&id.to_string()))
+            .expect("get")
+            .expect("stored under the hash");
+        assert!(!stored.record.contains(&id.0.to_string()), "{}", stored.record);
+        assert_eq!(stored.user.as_deref(), Some("admin"));
 
         let mut old = loaded.clone();
         old.expiry_date = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);

@@ -1,6 +1,13 @@
-//! Login throttling: after [`MAX_FAILURES`] failed logins from one address
+//! Login throttling: after [`MAX_FAILURES`] failed attempts from one address
 //! within [`WINDOW`], that address is locked out for [`LOCKOUT`]. Pure: the
 //! time is passed in.
+//!
+//! An attempt is recorded *before* its password is checked, and an address
+//! has at most one attempt in flight: a burst of parallel guesses gets one
+//! check at a time, and the sixth guess of a burst is refused without being
+//! checked, whatever the password. An attempt counts as a failure until
+//! [`LoginThrottle::finish`] says it succeeded, so an attempt abandoned half
+//! way (the client went away) still counts.
 
 use crate::model::Timestamp;
 use std::collections::HashMap;
@@ -18,6 +25,26 @@ struct Entry {
     failures: u32,
     first: Timestamp,
     locked_until: Option<Timestamp>,
+    in_flight: bool,
+}
+
+/// Why an attempt may not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The address is locked out for this long.
+    Locked(Duration),
+    /// The address's previous attempt is still being checked.
+    InFlight,
+}
+
+impl Refusal {
+    /// Seconds for a `Retry-After` header.
+    pub fn retry_after_secs(self) -> u64 {
+        match self {
+            Refusal::Locked(left) => left.as_secs().max(1),
+            Refusal::InFlight => 1,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -34,41 +61,90 @@ impl LoginThrottle {
         }
     }
 
-    /// Record a failed login; returns the lockout if this one triggered it.
-    pub fn failure(&mut self, ip: IpAddr, now: Timestamp) -> Option<Duration> {
-        if self.entries.len() >= MAX_TRACKED && !self.entries.contains_key(&ip) {
-            if let Some(oldest) = self.entries.iter().min_by_key(|(_, e)| e.first).map(|(k, _)| *k) {
-                self.entries.remove(&oldest);
-            }
+    /// Start an attempt: refused while the address is locked out or has an
+    /// attempt in flight; otherwise counted as a failure until
+    /// [`LoginThrottle::finish`] says otherwise.
+    pub fn begin(&mut self, ip: IpAddr, now: Timestamp) -> Result<(), Refusal> {
+        if self.entries.len() >= MAX_TRACKED
+            && !self.entries.contains_key(&ip)
+            && let Some(oldest) = self
+                .entries
+                .iter()
+                .filter(|(_, e)| !e.in_flight)
+                .min_by_key(|(_, e)| e.first)
+                .map(|(k, _)| *k)
+        {
+            self.entries.remove(&oldest);
         }
         let e = self.entries.entry(ip).or_insert(Entry {
             failures: 0,
             first: now,
             locked_until: None,
+            in_flight: false,
         });
-        if now.since(e.first) > WINDOW || e.locked_until.is_some_and(|u| u <= now) {
-            *e = Entry {
-                failures: 0,
-                first: now,
-                locked_until: None,
-            };
+        if e.in_flight {
+            return Err(Refusal::InFlight);
+        }
+        match e.locked_until {
+            Some(until) if until > now => return Err(Refusal::Locked(until.since(now))),
+            Some(_) => *e = fresh(now),
+            None if now.since(e.first) > WINDOW => *e = fresh(now),
+            None => {}
+        }
+        if e.failures >= MAX_FAILURES {
+            e.locked_until = Some(now.plus(LOCKOUT));
+            return Err(Refusal::Locked(LOCKOUT));
         }
         e.failures += 1;
+        e.in_flight = true;
+        Ok(())
+    }
+
+    /// End the attempt [`LoginThrottle::begin`] started. A success forgets
+    /// the address; a failure that reaches [`MAX_FAILURES`] locks it out and
+    /// returns the lockout.
+    pub fn finish(&mut self, ip: IpAddr, ok: bool, now: Timestamp) -> Option<Duration> {
+        if ok {
+            self.entries.remove(&ip);
+            return None;
+        }
+        let e = self.entries.get_mut(&ip)?;
+        e.in_flight = false;
         if e.failures >= MAX_FAILURES {
             e.locked_until = Some(now.plus(LOCKOUT));
             return Some(LOCKOUT);
         }
         None
     }
+}
 
-    pub fn success(&mut self, ip: IpAddr) {
-        self.entries.remove(&ip);
+impl LoginThrottle {
+    /// An attempt ended without a result (its request was dropped): it
+    /// stays counted as a failure, and the address may try again.
+    pub fn abandon(&mut self, ip: IpAddr) {
+        if let Some(e) = self.entries.get_mut(&ip) {
+            e.in_flight = false;
+        }
+    }
+}
+
+fn fresh(now: Timestamp) -> Entry {
+    Entry {
+        failures: 0,
+        first: now,
+        locked_until: None,
+        in_flight: false,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fail(t: &mut LoginThrottle, ip: IpAddr, now: Timestamp) -> Option<Duration> {
+        t.begin(ip, now).expect("may try");
+        t.finish(ip, false, now)
+    }
 
     #[test]
     fn five_failures_lock_the_address_out_for_a_while() {
@@ -77,16 +153,47 @@ mod tests {
         let other: IpAddr = "10.0.0.2".parse().expect("ip");
         let now = Timestamp(1_000_000);
         for _ in 0..4 {
-            assert_eq!(t.failure(ip, now), None);
+            assert_eq!(fail(&mut t, ip, now), None);
             assert!(t.check(ip, now).is_ok());
         }
-        assert_eq!(t.failure(ip, now), Some(LOCKOUT));
+        assert_eq!(fail(&mut t, ip, now), Some(LOCKOUT));
         assert_eq!(
             t.check(ip, now.plus(Duration::from_secs(60))),
             Err(LOCKOUT - Duration::from_secs(60))
         );
+        assert_eq!(
+            t.begin(ip, now.plus(Duration::from_secs(60))),
+            Err(Refusal::Locked(LOCKOUT - Duration::from_secs(60))),
+            "even the right password is not checked now"
+        );
         assert!(t.check(other, now).is_ok(), "other addresses are not affected");
         assert!(t.check(ip, now.plus(LOCKOUT)).is_ok(), "the lockout ends");
+        assert_eq!(t.begin(ip, now.plus(LOCKOUT)), Ok(()), "and the count starts again");
+    }
+
+    #[test]
+    fn one_attempt_per_address_is_in_flight() {
+        let mut t = LoginThrottle::default();
+        let ip: IpAddr = "10.0.0.1".parse().expect("ip");
+        let now = Timestamp(0);
+        t.begin(ip, now).expect("first");
+        assert_eq!(t.begin(ip, now), Err(Refusal::InFlight));
+        assert_eq!(t.begin("10.0.0.9".parse().expect("ip"), now), Ok(()));
+        t.finish(ip, false, now);
+        t.begin(ip, now).expect("after the first ended");
+    }
+
+    #[test]
+    fn an_abandoned_attempt_counts_as_a_failure() {
+        let mut t = LoginThrottle::default();
+        let ip: IpAddr = "10.0.0.1".parse().expect("ip");
+        let now = Timestamp(0);
+        for _ in 0..MAX_FAILURES {
+            t.begin(ip, now).expect("may try");
+            // Ended without a result (the client went away).
+            t.abandon(ip);
+        }
+        assert_eq!(t.begin(ip, now), Err(Refusal::Locked(LOCKOUT)));
     }
 
     #[test]
@@ -95,14 +202,16 @@ mod tests {
         let ip: IpAddr = "::1".parse().expect("ip");
         let now = Timestamp(0);
         for _ in 0..4 {
-            t.failure(ip, now);
+            fail(&mut t, ip, now);
         }
         // the window has passed: this is failure 1 again
-        assert_eq!(t.failure(ip, now.plus(WINDOW + Duration::from_secs(1))), None);
+        let later = now.plus(WINDOW + Duration::from_secs(1));
+        assert_eq!(fail(&mut t, ip, later), None);
         for _ in 0..3 {
-            t.failure(ip, now.plus(WINDOW + Duration::from_secs(1)));
+            fail(&mut t, ip, later);
         }
-        t.success(ip);
-        assert_eq!(t.failure(ip, now.plus(WINDOW + Duration::from_secs(2))), None);
+        t.begin(ip, later).expect("fifth");
+        assert_eq!(t.finish(ip, true, later), None);
+        assert_eq!(fail(&mut t, ip, later), None, "a success forgets the failures");
     }
 }

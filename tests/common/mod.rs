@@ -20,6 +20,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     pub fleet: Fleet,
     pub data_dir: tempfile::TempDir,
+    /// The running server's database (for checks a client cannot make).
+    store: Option<pollster::store::Store>,
     config: Config,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
@@ -93,10 +95,15 @@ impl TestApp {
         let (token, _) = app
             .shared()
             .store
-            .create_token("tests", pollster::model::Timestamp::now())
+            .create_token(
+                "tests",
+                pollster::store::TokenScope::Admin,
+                pollster::model::Timestamp::now(),
+            )
             .expect("token");
         let addr = app.api_addr();
         let metrics_addr = app.metrics_addr();
+        let store = app.shared().store.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.run_until_stopped(async {
@@ -112,6 +119,7 @@ impl TestApp {
             client: reqwest::Client::new(),
             fleet,
             data_dir,
+            store: Some(store),
             config: c,
             stop: Some(tx),
             server: Some(server),
@@ -191,7 +199,14 @@ impl TestApp {
         Self::start(fleet, data_dir, self.config.clone()).await
     }
 
+    /// The running server's database (for checks a client cannot make).
+    pub fn store(&self) -> &pollster::store::Store {
+        self.store.as_ref().expect("the server runs")
+    }
+
     async fn shutdown(&mut self) {
+        // Let go of the database first: the server waits for every handle.
+        self.store = None;
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
@@ -207,6 +222,7 @@ impl TestApp {
     }
 
     pub async fn stop(mut self) {
+        self.store = None;
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }

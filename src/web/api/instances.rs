@@ -24,6 +24,7 @@ pub fn instance_json(i: &InstanceConfig, provisioned: bool) -> Value {
         Auth::PveToken { user, token_id, .. } => json!({"kind": "pve_token", "user": user, "token_id": token_id}),
     };
     v["auth"] = auth;
+    v["url"] = json!(crate::web::redact::mask_url(&i.url));
     v["provisioned"] = json!(provisioned);
     v
 }
@@ -43,8 +44,9 @@ pub async fn list(State(app): State<AppState>, QueryParams(q): QueryParams<ListQ
         .values()
         .filter(|e| q.type_name.as_ref().is_none_or(|t| &e.config.type_name == t))
         .filter(|e| {
-            q.q.as_ref()
-                .is_none_or(|s| e.config.name.contains(s.as_str()) || e.config.url.contains(s.as_str()))
+            q.q.as_ref().is_none_or(|s| {
+                e.config.name.contains(s.as_str()) || crate::web::redact::mask_url(&e.config.url).contains(s.as_str())
+            })
         })
         .map(|e| instance_json(&e.config, e.provisioned))
         .collect();

@@ -1,11 +1,19 @@
 //! First-run setup, login, logout, and Settings → Security (password, API
 //! tokens). Password hashing runs on blocking threads.
+//!
+//! Every password check (login, the current password of a change, the setup
+//! code) goes through [`PasswordCheck`]: it is recorded with the address's
+//! throttle before it runs, an address has one check in flight at most, and
+//! the server runs [`crate::web::PASSWORD_CHECKS`] at once (argon2 takes
+//! about 19 MiB each); anything beyond is refused with 429 and
+//! `Retry-After`, without hashing anything.
 
-use super::{Layout, layout};
+use super::{Layout, layout, public_layout};
 use crate::accounts::{self, ADMIN};
 use crate::model::Timestamp;
-use crate::store::TokenInfo;
+use crate::store::{TokenInfo, TokenScope};
 use crate::web::auth::Principal;
+use crate::web::throttle::Refusal;
 use crate::web::{AppState, session};
 use askama::Template;
 use askama_web::WebTemplate;
@@ -29,6 +37,8 @@ pub struct LoginPage {
 pub struct SetupPage {
     pub layout: Layout,
     pub error: Option<String>,
+    /// Where the setup code is.
+    pub code_file: String,
 }
 
 #[derive(Template, WebTemplate)]
@@ -46,6 +56,7 @@ pub struct TokenRow {
     pub id: String,
     pub name: String,
     pub created: String,
+    pub scope: &'static str,
 }
 
 #[derive(Deserialize)]
@@ -59,41 +70,157 @@ pub struct LoginForm {
 #[derive(Deserialize)]
 pub struct SetupForm {
     #[serde(default)]
+    pub setup_code: String,
+    #[serde(default)]
     pub password: String,
     #[serde(default)]
     pub confirm: String,
 }
 
-/// The client's address: the socket peer, or with `trust_proxy` the first
-/// `X-Forwarded-For` entry.
-pub fn client_ip(app: &AppState, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
-    if app.web.trust_proxy
-        && let Some(ip) = headers
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
-            .and_then(|v| v.trim().parse().ok())
-    {
-        return ip;
-    }
-    peer.ip()
+/// Why a password check did not run.
+enum NotChecked {
+    /// The address is locked out, or its previous attempt is running.
+    Throttled(Refusal),
+    /// The server is checking as many passwords as it allows.
+    Busy,
 }
 
-pub async fn setup_page(State(app): State<AppState>, session: Session) -> Response {
+impl NotChecked {
+    fn retry_after(&self) -> u64 {
+        match self {
+            NotChecked::Throttled(r) => r.retry_after_secs(),
+            NotChecked::Busy => 1,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            NotChecked::Throttled(Refusal::Locked(left)) => lockout_message(*left),
+            NotChecked::Throttled(Refusal::InFlight) => {
+                "Your previous attempt is still being checked. Try again in a moment.".into()
+            }
+            NotChecked::Busy => "The server is busy checking other passwords. Try again in a moment.".into(),
+        }
+    }
+}
+
+/// One password check, admitted by the throttle and the server-wide bound
+/// (see the module comment). Dropped without [`PasswordCheck::finish`] (the
+/// request went away), it stays counted as a failure.
+struct PasswordCheck {
+    app: AppState,
+    ip: IpAddr,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    finished: bool,
+}
+
+impl PasswordCheck {
+    fn begin(app: &AppState, ip: IpAddr) -> Result<PasswordCheck, NotChecked> {
+        let logins = &app.shared.metrics.logins;
+        let Ok(permit) = app.web.password_checks.clone().try_acquire_owned() else {
+            logins.with_label_values(&["busy"]).inc();
+            return Err(NotChecked::Busy);
+        };
+        if let Err(r) = app.web.throttle().begin(ip, Timestamp::now()) {
+            logins.with_label_values(&["locked"]).inc();
+            return Err(NotChecked::Throttled(r));
+        }
+        Ok(PasswordCheck {
+            app: app.clone(),
+            ip,
+            permit: Some(permit),
+            finished: false,
+        })
+    }
+
+    /// Run `f` (the argon2 work) on a blocking thread that holds this
+    /// check's permit until it ends, even if the request is dropped first.
+    async fn run<T: Send + 'static>(&mut self, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let permit = self.permit.take();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f()
+        })
+        .await
+        .ok()
+    }
+
+    /// Record the result; returns the lockout a failure started.
+    fn finish(mut self, ok: bool) -> Option<std::time::Duration> {
+        self.finished = true;
+        let result = if ok { "success" } else { "failure" };
+        self.app.shared.metrics.logins.with_label_values(&[result]).inc();
+        self.app.web.throttle().finish(self.ip, ok, Timestamp::now())
+    }
+}
+
+impl Drop for PasswordCheck {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.app.web.throttle().abandon(self.ip);
+        }
+    }
+}
+
+/// 429 with `Retry-After`, as a page.
+async fn not_checked(page: impl FnOnce(String) -> Response, why: NotChecked) -> Response {
+    let mut resp = page(why.message());
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    if let Ok(v) = axum::http::HeaderValue::from_str(&why.retry_after().to_string()) {
+        resp.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+fn setup_page_with(app: &AppState, error: Option<String>) -> SetupPage {
+    let code_file = app
+        .web
+        .setup_code()
+        .as_ref()
+        .map(|c| c.file.display().to_string())
+        .unwrap_or_else(|| "setup-code in the data directory".into());
+    SetupPage {
+        layout: public_layout("Set up"),
+        error,
+        code_file,
+    }
+}
+
+pub async fn setup_page(State(app): State<AppState>) -> Response {
     if app.admin_exists().await {
         return Redirect::to("/login").into_response();
     }
-    SetupPage {
-        layout: layout(&session, "Set up", "", vec![]).await,
-        error: None,
-    }
-    .into_response()
+    setup_page_with(&app, None).into_response()
 }
 
-pub async fn setup(State(app): State<AppState>, session: Session, Form(f): Form<SetupForm>) -> Response {
+/// First-run setup: the one-time code from `<data_dir>/setup-code` (a wrong
+/// one is a 403 and counts as a failed login), then the admin password.
+pub async fn setup(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    session: Session,
+    Form(f): Form<SetupForm>,
+) -> Response {
     let _guard = app.web.setup_lock.lock().await;
     if app.admin_exists().await {
         return Redirect::to("/login").into_response();
+    }
+    let ip = app.web.client_ip(peer.ip(), &headers);
+    let mut check = match PasswordCheck::begin(&app, ip) {
+        Ok(c) => c,
+        Err(why) => return not_checked(|m| setup_page_with(&app, Some(m)).into_response(), why).await,
+    };
+    let expected = app.web.setup_code().as_ref().map(|c| c.code.clone());
+    let code_ok = expected.is_some_and(|c| session::same_token(f.setup_code.trim(), &c));
+    if !code_ok {
+        check.finish(false);
+        tracing::warn!(client = %ip, "wrong setup code");
+        let page = setup_page_with(
+            &app,
+            Some("Wrong setup code. It is in the file named above, on the server.".into()),
+        );
+        return (StatusCode::FORBIDDEN, page).into_response();
     }
     let error = if f.password != f.confirm {
         Some("The two passwords differ.".to_string())
@@ -101,22 +228,30 @@ pub async fn setup(State(app): State<AppState>, session: Session, Form(f): Form<
         accounts::check_password_rules(&f.password).err().map(|e| e.to_string())
     };
     if let Some(error) = error {
-        let page = SetupPage {
-            layout: layout(&session, "Set up", "", vec![]).await,
-            error: Some(error),
-        };
-        return (StatusCode::UNPROCESSABLE_ENTITY, page).into_response();
+        // The code was right: this is not a failed login.
+        check.finish(true);
+        return (StatusCode::UNPROCESSABLE_ENTITY, setup_page_with(&app, Some(error))).into_response();
     }
     let store = app.shared.store.clone();
     let pw = f.password;
-    let res = tokio::task::spawn_blocking(move || accounts::set_admin_password(&store, &pw, Timestamp::now())).await;
+    let res = check
+        .run(move || accounts::set_admin_password(&store, &pw, Timestamp::now()))
+        .await;
+    check.finish(true);
     match res {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return crate::web::error::ApiError::internal(e).into_response(),
-        Err(e) => return crate::web::error::ApiError::internal(e).into_response(),
+        Some(Ok(())) => {}
+        Some(Err(e)) => return crate::web::error::ApiError::internal(e).into_response(),
+        None => return crate::web::error::ApiError::internal("password hashing stopped").into_response(),
     }
     app.web.admin_known.store(true, std::sync::atomic::Ordering::Relaxed);
-    tracing::info!("admin account created through /setup");
+    if let Some(code) = app.web.setup_code().take() {
+        match std::fs::remove_file(&code.file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(file = %code.file.display(), error = %e, "could not delete the setup code file"),
+        }
+    }
+    tracing::info!(client = %ip, "admin account created through /setup");
     start_session(&session, ADMIN).await;
     Redirect::to("/").into_response()
 }
@@ -135,8 +270,9 @@ pub async fn login_page(State(app): State<AppState>, session: Session) -> Respon
     if session::user(&session).await.is_some() {
         return Redirect::to("/").into_response();
     }
+    // Nothing is written to the session: an anonymous visitor costs no row.
     LoginPage {
-        layout: layout(&session, "Log in", "", vec![]).await,
+        layout: public_layout("Log in"),
         error: None,
     }
     .into_response()
@@ -149,33 +285,35 @@ pub async fn login(
     session: Session,
     Form(f): Form<LoginForm>,
 ) -> Response {
-    let ip = client_ip(&app, peer, &headers);
-    let now = Timestamp::now();
-    let locked = app.web.throttle().check(ip, now);
-    if let Err(left) = locked {
-        return login_error(&session, StatusCode::TOO_MANY_REQUESTS, lockout_message(left)).await;
-    }
+    let ip = app.web.client_ip(peer.ip(), &headers);
+    let mut check = match PasswordCheck::begin(&app, ip) {
+        Ok(c) => c,
+        Err(why) => return not_checked(|m| login_error(StatusCode::TOO_MANY_REQUESTS, m), why).await,
+    };
     let store = app.shared.store.clone();
     let user = f.username.trim().to_string();
     let pw = f.password;
-    let ok = tokio::task::spawn_blocking(move || {
-        store
-            .get_user(&user)
-            .ok()
-            .flatten()
-            .is_some_and(|u| accounts::verify_password(&pw, &u.password_hash))
-    })
-    .await
-    .unwrap_or(false);
+    let ok = check
+        .run(move || {
+            store
+                .get_user(&user)
+                .ok()
+                .flatten()
+                .is_some_and(|u| accounts::verify_password(&pw, &u.password_hash))
+        })
+        .await
+        .unwrap_or(false);
+    let lock = check.finish(ok);
     if !ok {
-        let lock = app.web.throttle().failure(ip, now);
         tracing::warn!(client = %ip, "failed login");
         return match lock {
-            Some(left) => login_error(&session, StatusCode::TOO_MANY_REQUESTS, lockout_message(left)).await,
-            None => login_error(&session, StatusCode::UNAUTHORIZED, "Wrong user or password.".into()).await,
+            Some(left) => {
+                let why = NotChecked::Throttled(Refusal::Locked(left));
+                not_checked(|m| login_error(StatusCode::TOO_MANY_REQUESTS, m), why).await
+            }
+            None => login_error(StatusCode::UNAUTHORIZED, "Wrong user or password.".into()),
         };
     }
-    app.web.throttle().success(ip);
     start_session(&session, f.username.trim()).await;
     tracing::info!(client = %ip, user = %f.username.trim(), "logged in");
     Redirect::to("/").into_response()
@@ -186,9 +324,9 @@ fn lockout_message(left: std::time::Duration) -> String {
     format!("Too many failed logins from your address. Try again in {mins} minute(s).")
 }
 
-async fn login_error(session: &Session, status: StatusCode, msg: String) -> Response {
+fn login_error(status: StatusCode, msg: String) -> Response {
     let page = LoginPage {
-        layout: layout(session, "Log in", "", vec![]).await,
+        layout: public_layout("Log in"),
         error: Some(msg),
     };
     (status, page).into_response()
@@ -211,6 +349,7 @@ async fn tokens(app: &AppState) -> Vec<TokenRow> {
             id: t.id,
             name: t.name,
             created: t.created.to_rfc3339().replace('T', " ").replace('Z', " UTC"),
+            scope: t.scope.as_str(),
         })
         .collect()
 }
@@ -251,32 +390,64 @@ pub struct PasswordForm {
     pub confirm: String,
 }
 
+/// Why a password change was refused.
+enum ChangeRefused {
+    WrongCurrent,
+    Other(String),
+}
+
+/// Change the password: the current one is checked like a login (throttled
+/// per address, bounded server-wide); then every other session of the user
+/// ends and this one gets a new id.
 pub async fn change_password(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     session: Session,
     Form(f): Form<PasswordForm>,
 ) -> Response {
     let Principal::Session { user } = who else {
         return StatusCode::FORBIDDEN.into_response();
     };
+    let ip = app.web.client_ip(peer.ip(), &headers);
+    let mut check = match PasswordCheck::begin(&app, ip) {
+        Ok(c) => c,
+        Err(why) => {
+            let page = security(&app, &session, Some(why.message()), None, None).await;
+            return not_checked(move |_| page.into_response(), why).await;
+        }
+    };
     let store = app.shared.store.clone();
     let u = user.clone();
-    let result = tokio::task::spawn_blocking(move || -> Result<(), String> {
-        let current = store.get_user(&u).map_err(|e| e.to_string())?;
-        if !current.is_some_and(|c| accounts::verify_password(&f.current, &c.password_hash)) {
-            return Err("The current password is wrong.".into());
-        }
-        if f.password != f.confirm {
-            return Err("The two new passwords differ.".into());
-        }
-        accounts::set_admin_password(&store, &f.password, Timestamp::now()).map_err(|e| e.to_string())
-    })
-    .await
-    .unwrap_or_else(|e| Err(e.to_string()));
+    let keep = session.id().map(|id| crate::store::session_key(&id.to_string()));
+    let result = check
+        .run(move || -> Result<usize, ChangeRefused> {
+            let current = store.get_user(&u).map_err(|e| ChangeRefused::Other(e.to_string()))?;
+            if !current.is_some_and(|c| accounts::verify_password(&f.current, &c.password_hash)) {
+                return Err(ChangeRefused::WrongCurrent);
+            }
+            if f.password != f.confirm {
+                return Err(ChangeRefused::Other("The two new passwords differ.".into()));
+            }
+            accounts::set_admin_password(&store, &f.password, Timestamp::now())
+                .map_err(|e| ChangeRefused::Other(e.to_string()))?;
+            store
+                .delete_user_sessions(&u, keep.as_deref())
+                .map_err(|e| ChangeRefused::Other(e.to_string()))
+        })
+        .await
+        .unwrap_or_else(|| Err(ChangeRefused::Other("password hashing stopped".into())));
+    check.finish(!matches!(result, Err(ChangeRefused::WrongCurrent)));
+    let result = result.map_err(|e| match e {
+        ChangeRefused::WrongCurrent => "The current password is wrong.".to_string(),
+        ChangeRefused::Other(m) => m,
+    });
     match result {
-        Ok(()) => {
-            tracing::info!(user = %user, "password changed");
+        Ok(ended) => {
+            // A new id for this session: one seen before the change is void.
+            let _ = session.cycle_id().await;
+            tracing::info!(user = %user, other_sessions_ended = ended, "password changed");
             let actor = format!("user:{user}");
             app.shared.sink.emit(&crate::sink::event::Event::operator(
                 Timestamp::now(),
@@ -299,6 +470,9 @@ pub async fn change_password(
 pub struct TokenForm {
     #[serde(default)]
     pub name: String,
+    /// `read` or `admin` (the default).
+    #[serde(default)]
+    pub scope: String,
 }
 
 pub async fn create_token(
@@ -319,11 +493,21 @@ pub async fn create_token(
         .await;
         return (StatusCode::UNPROCESSABLE_ENTITY, page).into_response();
     }
+    let scope = match f.scope.trim() {
+        "" => TokenScope::Admin,
+        other => match TokenScope::parse(other) {
+            Some(s) => s,
+            None => {
+                let page = security(&app, &session, None, None, Some("Choose read or admin.".into())).await;
+                return (StatusCode::UNPROCESSABLE_ENTITY, page).into_response();
+            }
+        },
+    };
     let store = app.shared.store.clone();
     let n = name.clone();
-    match tokio::task::spawn_blocking(move || store.create_token(&n, Timestamp::now())).await {
+    match tokio::task::spawn_blocking(move || store.create_token(&n, scope, Timestamp::now())).await {
         Ok(Ok((plain, info))) => {
-            tracing::info!(token = %info.id, name = %name, actor = %who.actor(), "API token created");
+            tracing::info!(token = %info.id, name = %name, scope = info.scope.as_str(), actor = %who.actor(), "API token created");
             app.shared.sink.emit(&crate::sink::event::Event::operator(
                 Timestamp::now(),
                 &who.actor(),

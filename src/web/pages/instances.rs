@@ -109,7 +109,7 @@ pub async fn list(State(app): State<AppState>, session: Session, Query(q): Query
             Row {
                 name: e.config.name.clone(),
                 type_name: e.config.type_name.clone(),
-                url: e.config.url.clone(),
+                url: crate::web::redact::mask_url(&e.config.url),
                 state,
                 last_success: last
                     .map(|t| t.to_rfc3339().replace('T', " ").replace('Z', " UTC"))
@@ -202,7 +202,7 @@ fn values_of(i: &InstanceConfig) -> HashMap<String, String> {
     let mut v = HashMap::from([
         ("name".to_string(), i.name.clone()),
         ("type".to_string(), i.type_name.clone()),
-        ("url".to_string(), i.url.clone()),
+        ("url".to_string(), crate::web::redact::mask_url(&i.url)),
         ("timeout".to_string(), duration_str::format(i.timeout)),
         ("budget".to_string(), i.budget.clone().unwrap_or_default()),
         ("enabled".to_string(), if i.enabled { "on" } else { "" }.to_string()),

@@ -44,6 +44,21 @@ pub async fn layout(
     }
 }
 
+/// The frame of a page shown before login (`/login`, `/setup`): it reads
+/// and writes nothing in the session, so an anonymous visitor leaves no
+/// session row behind.
+pub fn public_layout(title: impl Into<String>) -> Layout {
+    Layout {
+        title: title.into(),
+        section: "",
+        user: None,
+        csrf: String::new(),
+        flash: None,
+        breadcrumb: vec![],
+        version: env!("CARGO_PKG_VERSION"),
+    }
+}
+
 /// Declares the protected pages once: the router is built from this list
 /// and the list is public, so a test can walk every route and check that it
 /// refuses an anonymous request.

@@ -80,7 +80,7 @@ fn page_for(
             return v.clone();
         }
         match name {
-            "url" => current.url.clone(),
+            "url" => crate::web::redact::mask_url(&current.url),
             "batch_size" => current.batch_size.to_string(),
             "buffering" => duration_str::format(current.buffering),
             "retry_limit" => duration_str::format(current.retry_limit),
