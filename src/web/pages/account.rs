@@ -262,6 +262,9 @@ pub async fn change_password(
     };
     let store = app.shared.store.clone();
     let u = user.clone();
+    let event =
+        crate::sink::event::Event::operator(Timestamp::now(), &format!("user:{user}"), "password.change", &user);
+    let events: Vec<_> = app.shared.sink.stage(&event).into_iter().collect();
     let result = tokio::task::spawn_blocking(move || -> Result<(), String> {
         let current = store.get_user(&u).map_err(|e| e.to_string())?;
         if !current.is_some_and(|c| accounts::verify_password(&f.current, &c.password_hash)) {
@@ -270,20 +273,14 @@ pub async fn change_password(
         if f.password != f.confirm {
             return Err("The two new passwords differ.".into());
         }
-        accounts::set_admin_password(&store, &f.password, Timestamp::now()).map_err(|e| e.to_string())
+        accounts::set_admin_password_with_events(&store, &f.password, Timestamp::now(), &events)
+            .map_err(|e| e.to_string())
     })
     .await
     .unwrap_or_else(|e| Err(e.to_string()));
     match result {
         Ok(()) => {
             tracing::info!(user = %user, "password changed");
-            let actor = format!("user:{user}");
-            app.shared.sink.emit(&crate::sink::event::Event::operator(
-                Timestamp::now(),
-                &actor,
-                "password.change",
-                &user,
-            ));
             session::set_flash(&session, "Password changed.").await;
             Redirect::to("/settings/security").into_response()
         }
@@ -321,15 +318,15 @@ pub async fn create_token(
     }
     let store = app.shared.store.clone();
     let n = name.clone();
-    match tokio::task::spawn_blocking(move || store.create_token(&n, Timestamp::now())).await {
+    let (sink, actor) = (app.shared.sink.clone(), who.actor());
+    let event = move |info: &crate::store::TokenInfo| {
+        let target = format!("{}({})", info.name, info.id);
+        let e = crate::sink::event::Event::operator(Timestamp::now(), &actor, "token.create", &target);
+        sink.stage(&e).into_iter().collect()
+    };
+    match tokio::task::spawn_blocking(move || store.create_token_with_events(&n, Timestamp::now(), event)).await {
         Ok(Ok((plain, info))) => {
             tracing::info!(token = %info.id, name = %name, actor = %who.actor(), "API token created");
-            app.shared.sink.emit(&crate::sink::event::Event::operator(
-                Timestamp::now(),
-                &who.actor(),
-                "token.create",
-                &format!("{name}({})", info.id),
-            ));
             security(&app, &session, None, Some(plain), None).await.into_response()
         }
         Ok(Err(e)) => crate::web::error::ApiError::internal(e).into_response(),
@@ -345,19 +342,15 @@ pub async fn revoke_token(
 ) -> Redirect {
     let store = app.shared.store.clone();
     let i = id.clone();
-    let revoked = tokio::task::spawn_blocking(move || store.revoke_token(&i))
+    let event = crate::sink::event::Event::operator(Timestamp::now(), &who.actor(), "token.revoke", &id);
+    let events: Vec<_> = app.shared.sink.stage(&event).into_iter().collect();
+    let revoked = tokio::task::spawn_blocking(move || store.revoke_token_with_events(&i, &events))
         .await
         .ok()
         .and_then(|r| r.ok())
         .unwrap_or(false);
     if revoked {
         tracing::info!(token = %id, actor = %who.actor(), "API token revoked");
-        app.shared.sink.emit(&crate::sink::event::Event::operator(
-            Timestamp::now(),
-            &who.actor(),
-            "token.revoke",
-            &id,
-        ));
         session::set_flash(&session, format!("Token {id} revoked.")).await;
     } else {
         session::set_flash(&session, format!("No token {id}.")).await;
