@@ -67,7 +67,8 @@ impl SinkMetrics {
         )?;
         let queue_depth = IntGauge::with_opts(Opts::new(
             "pollster_sink_queue_depth",
-            "Events held by the event sink and not yet delivered (queued plus the batch being sent).",
+            "Events held in memory by the event sink and not yet delivered (queued, change events read from the \
+             outbox, and the batch being sent).",
         ))?;
         let retry_wait = Gauge::with_opts(Opts::new(
             "pollster_sink_retry_wait_seconds",
