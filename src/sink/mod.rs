@@ -648,6 +648,10 @@ impl Inner {
                 self.metrics.outbox_depth.sub(bad.len() as i64);
                 let mut st = lock(&self.state);
                 st.core.outbox_loaded(read, rows, seen, now);
+                if !bad.is_empty() {
+                    // The page may have been full of rows: look again.
+                    st.core.outbox_committed();
+                }
                 self.publish(&mut st);
                 true
             }

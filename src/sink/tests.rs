@@ -583,11 +583,13 @@ fn metrics_exist_from_the_start_with_help() {
         "pollster_sink_batches_total",
         "pollster_sink_queue_depth",
         "pollster_sink_retry_wait_seconds",
+        "pollster_sink_outbox_depth",
     ] {
         assert!(text.contains(&format!("# HELP {name} ")), "{name}: {text}");
     }
     assert!(text.contains("pollster_sink_queue_depth 0"));
     assert!(text.contains("pollster_sink_retry_wait_seconds 0"));
+    assert!(text.contains("pollster_sink_outbox_depth 0"));
     assert!(SinkMetrics::register(&registry).is_err(), "registered once");
 }
 
