@@ -3,7 +3,7 @@
 //! `spawn_blocking`.
 
 use crate::model::Timestamp;
-use crate::store::{Store, StoreError, UserRecord};
+use crate::store::{OutboxEvent, Store, StoreError, UserRecord};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng};
 
@@ -47,14 +47,26 @@ pub fn verify_password(pw: &str, phc: &str) -> bool {
 
 /// Set (or reset) the admin password.
 pub fn set_admin_password(store: &Store, pw: &str, now: Timestamp) -> Result<(), AccountError> {
+    set_admin_password_with_events(store, pw, now, &[])
+}
+
+/// [`set_admin_password`], with `events` committed to the outbox in the same
+/// transaction as the new password.
+pub fn set_admin_password_with_events(
+    store: &Store,
+    pw: &str,
+    now: Timestamp,
+    events: &[OutboxEvent],
+) -> Result<(), AccountError> {
     let hash = hash_password(pw)?;
     let created = store.get_user(ADMIN)?.map(|u| u.created).unwrap_or(now);
-    store.put_user(&UserRecord {
+    let user = UserRecord {
         name: ADMIN.into(),
         password_hash: hash,
         created,
         updated: now,
-    })?;
+    };
+    store.put_user_with_events(&user, events)?;
     Ok(())
 }
 

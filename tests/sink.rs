@@ -1,7 +1,7 @@
 //! The event sink on the running appliance: what the engine, the API and
 //! the operator ship to a real receiver on loopback, the sink settings API
-//! (secrets write-only, live apply, stored across restarts), the test event
-//! and the sink metrics.
+//! (secrets write-only, live apply, stored across restarts), the test event,
+//! the sink metrics, and change events that outlive a restart.
 
 mod common;
 
@@ -13,18 +13,27 @@ use pollster::fleet::Behaviour;
 use pollster::model::{GroupDef, TypeDef};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Records every event it receives (and the Authorization header of each
-/// request); answers `status`.
+/// Records every event it accepts (and the Authorization header of each
+/// request); answers 200, or 503 without recording while `down`.
 #[derive(Clone, Default)]
 struct Receiver {
     events: Arc<Mutex<Vec<Value>>>,
     auth: Arc<Mutex<Vec<String>>>,
+    down: Arc<AtomicBool>,
+    /// Events refused while down.
+    refused: Arc<Mutex<Vec<Value>>>,
 }
 
 async fn ingest(State(r): State<Receiver>, headers: HeaderMap, body: String) -> StatusCode {
+    if r.down.load(Ordering::SeqCst) {
+        let mut refused = r.refused.lock().expect("lock");
+        refused.extend(body.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()));
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
     if let Some(a) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
         r.auth.lock().expect("lock").push(a.to_string());
     }
@@ -254,5 +263,70 @@ async fn sink_settings_keep_secrets_apply_at_once_and_survive_a_restart() {
     assert_eq!(doc["sink"], Value::Null, "{doc}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(rx.events().len(), before, "the first receiver gets nothing new");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_operator_action_reaches_a_receiver_that_was_down_across_a_restart() {
+    let (rx, url) = start_receiver().await;
+    rx.down.store(true, Ordering::SeqCst);
+    let app = TestApp::spawn_with(vec![("ok", Behaviour::Healthy)], &BTreeMap::new(), |c| {
+        c.sink = Some(sink(&url));
+    })
+    .await;
+    let (status, body) = app
+        .send(
+            reqwest::Method::POST,
+            "/api/instances",
+            Some(json!({"name": "added-while-down", "url": app.fleet.url("ok")})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let is_action = |e: &Value| e["kind"] == "operator" && e["target"] == "added-while-down";
+    // The receiver is asked, refuses, and the event stays stored.
+    let start = Instant::now();
+    let refused_id = loop {
+        let seen = rx.refused.lock().expect("lock").iter().find(|e| is_action(e)).cloned();
+        if let Some(e) = seen {
+            break e["id"].as_str().expect("a change event has an id").to_string();
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "the sink never tried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.lines().any(|l| l
+            .strip_prefix("pollster_sink_outbox_depth ")
+            .is_some_and(|v| v.parse::<f64>().is_ok_and(|v| v >= 1.0))),
+        "the backlog is shown"
+    );
+
+    // Stopped (its last flush fails too) and started again on the same data.
+    let app = app.restart().await;
+    rx.down.store(false, Ordering::SeqCst);
+    let got = rx.wait("the operator action after the restart", is_action).await;
+    assert_eq!(got["id"], refused_id.as_str(), "the same id as before the restart");
+    assert_eq!(got["action"], "instance.create");
+    assert!(got["actor"].as_str().is_some_and(|a| a.starts_with("token:")), "{got}");
+    // Change events all carry an id; poll events need none.
+    let events = rx.events();
+    for e in events.iter().filter(|e| e["kind"] != "poll" && e["kind"] != "test") {
+        assert!(e["id"].is_string(), "a change event without an id: {e}");
+    }
+    // Delivered, so no longer stored: nothing is sent twice once accepted.
+    let start = Instant::now();
+    loop {
+        let metrics = app.metrics().await;
+        if metrics.lines().any(|l| l == "pollster_sink_outbox_depth 0") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the outbox never emptied:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let copies = rx.events().iter().filter(|e| is_action(e)).count();
+    assert_eq!(copies, 1, "delivered once when every attempt was answered");
     app.stop().await;
 }

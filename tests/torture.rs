@@ -2,10 +2,15 @@
 //! killed with SIGKILL at random points a dozen times (the full run is
 //! `bench/torture.sh`; see docs/TORTURE.md). Every restart must open the
 //! database, keep every acknowledged dead-letter entry, discard and retry,
-//! and resume polling without a burst.
+//! and resume polling without a burst. A second, shorter run kills it with
+//! change events queued for a receiver that is down or slow, and checks
+//! that every acknowledged operator action arrives afterwards, with an `id`.
 
 #[path = "common/torture/mod.rs"]
 mod torture;
+
+#[path = "common/torture/events.rs"]
+mod events;
 
 use std::path::PathBuf;
 
@@ -49,4 +54,41 @@ async fn sigkill_at_random_points_loses_nothing_acknowledged() {
         report.discards + report.retries > 0,
         "seed {seed}: no operator action was acknowledged: {report}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_with_change_events_queued_loses_no_acknowledged_action() {
+    let seed = std::env::var("TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(SEED);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = events::Options {
+        pollster: PathBuf::from(env!("CARGO_BIN_EXE_pollster")),
+        seed,
+        kills: 4,
+        actions: (2, 5),
+        work_dir: dir.path().to_path_buf(),
+    };
+    let report = events::run(&opts).await.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    eprintln!("{report}");
+    assert_eq!(report.kills, opts.kills, "seed {seed}");
+    assert!(
+        report.acknowledged > 0,
+        "seed {seed}: no operator action was acknowledged: {report}"
+    );
+    assert!(
+        report.delivered_before_last < report.acknowledged,
+        "seed {seed}: every action was delivered before a kill; nothing was tested across one: {report}"
+    );
+    assert!(
+        report.missing.is_empty(),
+        "seed {seed} (replay with TORTURE_SEED={seed}): acknowledged but never delivered: {:?}\n{report}",
+        report.missing
+    );
+    assert_eq!(
+        report.without_id, 0,
+        "seed {seed}: change events without an id: {report}"
+    );
+    assert_eq!(report.id_conflicts, 0, "seed {seed}: one id, two events: {report}");
 }

@@ -4,6 +4,14 @@
 //! state every `state_flush_interval`; operator actions and settings changes
 //! are committed before they are acknowledged.
 //!
+//! Change events (breaker transitions, dead-letter moves and actions) are
+//! written to the store's outbox in the same transaction as the task state
+//! they describe: a dead-letter entry or exit and an operator action with
+//! their own commit, breaker transitions and rechecks with the group commit
+//! of their record (staged in `Shared::staged` under the scheduler lock, in
+//! the same critical section as the change, so a flush takes both or
+//! neither). Poll events go to the sink's memory queue, best effort.
+//!
 //! Concurrency: the pure [`Scheduler`] sits behind one `std::sync::Mutex`,
 //! held only for short, non-async sections. Every write of task rows goes
 //! through `write_lock` (an async mutex), and a durable completion is applied
@@ -29,7 +37,7 @@ use crate::model::{
 use crate::poll::Poller;
 use crate::sink::event::{BreakerEvent, DeadLetterAction, DeadLetterEvent, Event, PollEvent};
 use crate::sink::{Sink, SinkMetrics};
-use crate::store::Store;
+use crate::store::{OutboxEvent, Store};
 use budget::BudgetState;
 use catalog::Catalog;
 use settings::SettingsLayers;
@@ -70,6 +78,9 @@ pub struct Shared {
     catalog: Arc<RwLock<Arc<Catalog>>>,
     pub settings: Mutex<SettingsLayers>,
     write_lock: tokio::sync::Mutex<()>,
+    /// Change events for the next group commit, staged with the scheduler
+    /// change they record. Lock order: `scheduler` before `staged`.
+    staged: Mutex<Vec<OutboxEvent>>,
     /// Serialises instance changes (check-then-insert).
     pub catalog_edit: tokio::sync::Mutex<()>,
     /// Serialises settings changes (validate-then-save).
@@ -116,6 +127,7 @@ impl Shared {
         let metrics = Metrics::new(scheduler.clone(), budgets.clone(), catalog.clone())?;
         let sink_config = Mutex::new(sink.clone());
         let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);
+        sink.attach_outbox(store.clone());
         Ok(Arc::new(Shared {
             scheduler,
             sink,
@@ -126,6 +138,7 @@ impl Shared {
             catalog,
             settings: Mutex::new(layers),
             write_lock: tokio::sync::Mutex::new(()),
+            staged: Mutex::new(Vec::new()),
             catalog_edit: tokio::sync::Mutex::new(()),
             settings_edit: tokio::sync::Mutex::new(()),
             budgets,
@@ -194,13 +207,18 @@ impl Shared {
         Ok(())
     }
 
-    /// Write task rows; the only path by which task state reaches the store.
-    async fn write_tasks(&self, batch: Vec<(TaskKey, Option<TaskRecord>)>) -> Result<(), EngineError> {
-        if batch.is_empty() {
+    /// Write task rows and the change events that go with them, in one
+    /// transaction; the only path by which task state reaches the store.
+    async fn write_tasks(
+        &self,
+        batch: Vec<(TaskKey, Option<TaskRecord>)>,
+        events: Vec<OutboxEvent>,
+    ) -> Result<(), EngineError> {
+        if batch.is_empty() && events.is_empty() {
             return Ok(());
         }
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.write_tasks(&batch))
+        tokio::task::spawn_blocking(move || store.write_tasks_with_events(&batch, &events))
             .await
             .map_err(|e| EngineError::Join(e.to_string()))??;
         Ok(())
@@ -209,14 +227,20 @@ impl Shared {
     /// Group commit of everything that changed since the last flush.
     pub async fn flush(&self) -> Result<usize, EngineError> {
         let _w = self.write_lock.lock().await;
-        let (recs, deleted) = self.sched().take_dirty();
+        let ((recs, deleted), events) = {
+            let mut s = self.sched();
+            (s.take_dirty(), std::mem::take(&mut *lock(&self.staged)))
+        };
         let n = recs.len() + deleted.len();
         let mut batch: Vec<(TaskKey, Option<TaskRecord>)> = recs.into_iter().map(|(k, r)| (k, Some(r))).collect();
         batch.extend(deleted.into_iter().map(|k| (k, None)));
-        if let Err(e) = self.write_tasks(batch.clone()).await {
+        if let Err(e) = self.write_tasks(batch.clone(), events.clone()).await {
             // Put them back so the next flush tries again.
             let mut s = self.sched();
             s.mark_dirty(batch.into_iter().map(|(k, _)| k));
+            let mut staged = lock(&self.staged);
+            let later = std::mem::replace(&mut *staged, events);
+            staged.extend(later);
             return Err(e);
         }
         Ok(n)
@@ -277,20 +301,21 @@ impl Shared {
             s.hold(key);
             (rec, s.get(key).map(|t| t.meta.type_name.clone()))
         };
-        if let Err(e) = self.write_tasks(vec![(key.clone(), Some(rec.clone()))]).await {
-            self.sched().release(key, now);
-            return Err(e);
-        }
-        self.sched().apply_op(key, rec.clone(), now);
         let what = match op {
             OperatorOp::Retry => DeadLetterAction::Retried,
             OperatorOp::Discard => DeadLetterAction::Discarded,
             OperatorOp::Enable => DeadLetterAction::Enabled,
         };
-        self.sink.emit(&Event::dead_letter(
+        let event = self.sink.stage(&Event::dead_letter(
             now,
             DeadLetterEvent::new(&key.instance, type_name.as_deref().unwrap_or(""), &key.group, what).with_actor(actor),
         ));
+        let row = vec![(key.clone(), Some(rec.clone()))];
+        if let Err(e) = self.write_tasks(row, event.into_iter().collect()).await {
+            self.sched().release(key, now);
+            return Err(e);
+        }
+        self.sched().apply_op(key, rec.clone(), now);
         self.poke();
         Ok(rec)
     }
@@ -423,7 +448,7 @@ impl Engine {
         if !stored.is_empty() {
             let n = stored.len();
             shared
-                .write_tasks(stored.into_keys().map(|k| (k, None)).collect())
+                .write_tasks(stored.into_keys().map(|k| (k, None)).collect(), Vec::new())
                 .await?;
             tracing::info!(removed = n, "removed state of tasks no longer configured");
         }
@@ -497,6 +522,22 @@ async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             let workers = s.settings().scheduler.workers;
             while s.in_flight() < workers {
                 let Some(d) = s.pop_due(now) else { break };
+                if let Some((from, to)) = d.breaker {
+                    // Staged with the dispatch's record change (same lock):
+                    // the next group commit writes both.
+                    let event = BreakerEvent {
+                        instance: d.key.instance.to_string(),
+                        type_name: d.meta.type_name.to_string(),
+                        group: d.key.group.to_string(),
+                        from,
+                        to,
+                        failures: 0,
+                        retry_at: None,
+                    };
+                    if let Some(row) = shared.sink.stage(&Event::breaker(now, event)) {
+                        lock(&shared.staged).push(row);
+                    }
+                }
                 batch.push(d);
             }
             let wake_at = if s.in_flight() >= workers {
@@ -626,18 +667,6 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     let key = d.key.clone();
     if let Some((from, to)) = d.breaker {
         tracing::info!(task = %key, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
-        shared.sink.emit(&Event::breaker(
-            Timestamp::now(),
-            BreakerEvent {
-                instance: key.instance.to_string(),
-                type_name: d.meta.type_name.to_string(),
-                group: key.group.to_string(),
-                from,
-                to,
-                failures: 0,
-                retry_at: None,
-            },
-        ));
     }
     let started = Instant::now();
     let target = shared.catalog().target(&key);
@@ -699,7 +728,11 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
         let planned = match s.plan_completion(&key, &result, now, &mut rand::rng()) {
             Some(p) if !p.transition.must_commit() => {
                 let info = (p.transition.clone(), p.meta.clone());
+                let events = change_events(&shared.sink, &p, &result, now);
                 s.apply(p, now);
+                if !events.is_empty() {
+                    lock(&shared.staged).extend(events);
+                }
                 Some(Ok(info))
             }
             Some(p) => Some(Err(p)),
@@ -714,7 +747,8 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
         Some(Ok(info)) => Some(info),
         Some(Err(p)) => {
             let info = (p.transition.clone(), p.meta.clone());
-            commit_then_apply(&shared, p, now).await;
+            let events = change_events(&shared.sink, &p, &result, now);
+            commit_then_apply(&shared, p, events, now).await;
             shared.poke();
             Some(info)
         }
@@ -743,8 +777,8 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     }
 }
 
-/// What one finished poll tells the event sink: the poll, any breaker
-/// transition, any dead-letter move (after it was committed).
+/// The poll event of one finished poll, to the sink's memory queue (best
+/// effort). Its change events went to the outbox with its state.
 #[allow(clippy::too_many_arguments)]
 fn emit_poll_events(
     shared: &Shared,
@@ -767,58 +801,70 @@ fn emit_poll_events(
         poll = poll.with_body(body);
     }
     shared.sink.emit(&Event::poll(now, poll));
+}
+
+/// The change events of a planned completion, as outbox rows: a breaker
+/// transition and a dead-letter move (none while the sink is off). Cheap
+/// when there is no transition, which is almost always.
+fn change_events(sink: &Sink, p: &Planned, result: &PollResult, now: Timestamp) -> Vec<OutboxEvent> {
+    let t = &p.transition;
+    if (t.breaker.is_none() && t.dead_letter.is_none()) || !sink.is_enabled() {
+        return Vec::new();
+    }
+    let (key, type_name) = (&p.key, &p.meta.type_name);
+    let mut events = Vec::new();
     if let Some((from, to)) = t.breaker {
-        // Only on a transition: the common poll takes no second lock.
-        let (failures, retry_at) = shared
-            .sched()
-            .get(key)
-            .map(|x| (x.rec.failures, x.rec.retry_at))
-            .unwrap_or_default();
-        shared.sink.emit(&Event::breaker(
+        events.push(Event::breaker(
             now,
             BreakerEvent {
                 instance: key.instance.to_string(),
-                type_name: meta.type_name.to_string(),
+                type_name: type_name.to_string(),
                 group: key.group.to_string(),
                 from,
                 to,
-                failures,
-                retry_at,
+                failures: p.record.failures,
+                retry_at: p.record.retry_at,
             },
         ));
     }
-    let error = result.as_ref().err().map(|e| e.message.clone());
-    let move_event = |action| {
-        let mut e = DeadLetterEvent::new(&key.instance, &meta.type_name, &key.group, action);
-        if let Some(err) = &error {
-            e = e.with_error(err.clone());
-        }
-        e
+    let action = match t.dead_letter {
+        Some(DeadLetterMove::Entered(_)) => Some(DeadLetterAction::Entered),
+        Some(DeadLetterMove::Left) => Some(DeadLetterAction::Left),
+        Some(DeadLetterMove::Rechecked) => Some(DeadLetterAction::Rechecked),
+        None => None,
     };
-    match t.dead_letter {
-        Some(DeadLetterMove::Entered(reason)) => shared.sink.emit(&Event::dead_letter(
-            now,
-            move_event(DeadLetterAction::Entered).with_reason(reason),
-        )),
-        Some(DeadLetterMove::Left) => shared
-            .sink
-            .emit(&Event::dead_letter(now, move_event(DeadLetterAction::Left))),
-        Some(DeadLetterMove::Rechecked) => shared
-            .sink
-            .emit(&Event::dead_letter(now, move_event(DeadLetterAction::Rechecked))),
-        None => {}
+    if let Some(action) = action {
+        let mut e = DeadLetterEvent::new(&key.instance, type_name, &key.group, action);
+        if let Some(err) = result.as_ref().err() {
+            e = e.with_error(err.message.clone());
+        }
+        if let Some(DeadLetterMove::Entered(reason)) = t.dead_letter {
+            e = e.with_reason(reason);
+        }
+        events.push(Event::dead_letter(now, e));
     }
+    events.iter().filter_map(|e| sink.stage(e)).collect()
 }
 
-/// A dead-letter move is durable before it is visible anywhere.
-async fn commit_then_apply(shared: &Shared, p: Planned, now: Timestamp) {
+/// A dead-letter move is durable before it is visible anywhere, and its
+/// change events with it.
+async fn commit_then_apply(shared: &Shared, p: Planned, events: Vec<OutboxEvent>, now: Timestamp) {
     let _w = shared.write_lock.lock().await;
     let row = vec![(p.key.clone(), Some(p.record.clone()))];
-    if let Err(e) = shared.write_tasks(row).await {
-        // Still apply: the record stays dirty and the next flush retries.
-        tracing::error!(task = %p.key, error = %e, "could not commit dead-letter move; retrying with the next flush");
+    let failed = match shared.write_tasks(row, events.clone()).await {
+        Ok(()) => Vec::new(),
+        Err(e) => {
+            // Still apply: the record stays dirty and the next flush
+            // retries, with the events.
+            tracing::error!(task = %p.key, error = %e, "could not commit dead-letter move; retrying with the next flush");
+            events
+        }
+    };
+    let mut s = shared.sched();
+    s.apply(p, now);
+    if !failed.is_empty() {
+        lock(&shared.staged).extend(failed);
     }
-    shared.sched().apply(p, now);
 }
 
 fn log_transition(key: &TaskKey, t: &Transition, result: &PollResult) {

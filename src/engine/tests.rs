@@ -1,5 +1,5 @@
-//! The engine's commit-before-visible rule for operator actions, against a
-//! real store.
+//! The engine's commit-before-visible rule for operator actions, and change
+//! events committed with the state they record, against a real store.
 
 use super::Shared;
 use super::catalog::Catalog;
@@ -14,6 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn shared(dir: &std::path::Path) -> Arc<Shared> {
+    shared_with_sink(dir, None)
+}
+
+/// With a sink configured (never started: nothing is sent, events stay in
+/// the outbox).
+fn shared_with_sink(dir: &std::path::Path, sink: Option<crate::config::SinkConfig>) -> Arc<Shared> {
     let settings = MonitoringSettings::default();
     let layers = SettingsLayers {
         file: settings.clone(),
@@ -26,7 +32,7 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
         Catalog::new(vec![], vec![]),
         layers,
         settings,
-        None,
+        sink,
     )
     .expect("shared")
 }
@@ -103,4 +109,73 @@ async fn an_operator_action_is_on_disk_when_it_is_visible() {
             .map(|e| e.to_string()),
         Some("task web-1/probe is not in the dead-letter queue".to_string())
     );
+}
+
+fn sink_on() -> Option<crate::config::SinkConfig> {
+    Some(crate::config::SinkConfig::new("http://127.0.0.1:9/never-started"))
+}
+
+fn outbox(shared: &Shared) -> Vec<serde_json::Value> {
+    shared
+        .store
+        .outbox_page(0, 100)
+        .expect("page")
+        .into_iter()
+        .map(|(_, e)| serde_json::from_str(&e.expect("row").line).expect("json"))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_operator_action_commits_its_event_with_it_and_a_failed_one_none() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shared = shared_with_sink(dir.path(), sink_on());
+    let bad = TaskKey::new("bad\0name", "probe");
+    let now = Timestamp::now();
+    dead_lettered(&shared, &bad, now);
+    assert!(shared.operator_action(&bad, "test", OperatorOp::Discard).await.is_err());
+    assert!(outbox(&shared).is_empty(), "no event for a change that was not made");
+
+    let key = TaskKey::new("web-1", "probe");
+    dead_lettered(&shared, &key, now);
+    shared
+        .operator_action(&key, "token:ci(1234)", OperatorOp::Retry)
+        .await
+        .expect("retried");
+    let events = outbox(&shared);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(
+        (e["kind"].as_str(), e["action"].as_str()),
+        (Some("dead_letter"), Some("retried"))
+    );
+    assert_eq!(e["actor"], "token:ci(1234)");
+    assert!(e["id"].as_str().is_some_and(|id| id.len() == 26), "{e}");
+}
+
+#[tokio::test]
+async fn staged_change_events_go_with_the_group_commit_or_wait_for_the_next() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shared = shared_with_sink(dir.path(), sink_on());
+    let now = Timestamp::now();
+    let bad = TaskKey::new("bad\0name", "probe");
+    dead_lettered(&shared, &bad, now);
+    let event = crate::sink::Event::operator(now, "a", "instance.update", "x");
+    {
+        let mut s = shared.sched();
+        s.mark_dirty([bad.clone()]);
+        super::lock(&shared.staged).push(shared.sink.stage(&event).expect("staged"));
+    }
+    assert!(shared.flush().await.is_err(), "the store refuses the key");
+    assert!(outbox(&shared).is_empty(), "not without its state");
+    assert_eq!(super::lock(&shared.staged).len(), 1, "kept for the next flush");
+    // The bad record is given up; the next flush writes the event alone.
+    let _ = shared.sched().take_dirty();
+    shared.flush().await.expect("flush");
+    assert_eq!(outbox(&shared).len(), 1);
+    assert!(super::lock(&shared.staged).is_empty());
+
+    // With the sink off, nothing is staged at all.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let off = shared_with_sink(dir.path(), None);
+    assert!(off.sink.stage(&event).is_none());
 }

@@ -43,6 +43,31 @@
 //! - **Shutdown.** [`SinkCore::drain_for_shutdown`] hands out the pending
 //!   batch, then queued lines in batches, at once, ignoring buffering and the
 //!   retry schedule; the caller stops at the first failure.
+//!
+//! # Change events (the outbox)
+//!
+//! Change events are stored in the database's outbox before the sink sees
+//! them; the core holds a *window* of them in memory, read in pages
+//! ([`SinkCore::outbox_wanted`], [`SinkCore::outbox_loaded`]) up to
+//! `queue_limit` lines, in outbox order, and never drops one:
+//!
+//! - A batch takes the window's lines first, then queued poll lines; each
+//!   [`Batch`] lists the outbox sequences of its change lines
+//!   ([`Batch::seqs`]), to be deleted from the outbox once it is delivered.
+//! - When the schedule drops a batch, or the receiver rejects it, its poll
+//!   lines are dropped (and counted) as above, but its change lines go back
+//!   to the front of the window and are sent again, as they were. A
+//!   rejection that returns change lines counts as a failure for pacing, so
+//!   a receiver that keeps refusing them gets them at most once per retry
+//!   interval (1 min at most). Ten drops in a row drop the poll queue, not
+//!   the window.
+//! - Change lines count in `sent` when delivered, and are otherwise still
+//!   held (in the window, the pending batch or the outbox). Disabling the
+//!   sink empties the window (the caller clears the outbox and counts what
+//!   it removed with [`SinkCore::count_discarded_outbox`]).
+//! - Every sequence up to [`SinkCore::outbox_read`] is in the window, in
+//!   the pending batch or delivered; anything above is read from the
+//!   outbox, after a commit said there is more ([`SinkCore::outbox_committed`]).
 
 use crate::config::SinkConfig;
 use crate::core::retry_schedule::{self, RetrySchedule};
@@ -104,8 +129,11 @@ fn ms(d: Duration) -> u64 {
 pub struct Batch {
     /// Unique per batch; a retry keeps the id.
     pub id: u64,
-    /// NDJSON lines, each ending `\n`, in push order.
+    /// NDJSON lines, each ending `\n`: change lines first (outbox order),
+    /// then poll lines in push order.
     pub lines: Arc<[String]>,
+    /// Outbox sequences of the first `seqs.len()` lines (the change lines).
+    pub seqs: Arc<[u64]>,
     /// 1 for the first attempt, 2 for the first retry, …
     pub attempt: u32,
 }
@@ -143,11 +171,20 @@ pub enum Settled {
     Delivered(usize),
     /// Kept for a retry at `at`, after `failures` consecutive failures.
     WillRetry { at: Timestamp, failures: u64 },
-    /// The schedule dropped the batch (`events`) and, after ten drops in a
-    /// row, the queue (`queue` events, else 0).
-    Dropped { events: usize, queue: usize },
-    /// Rejected by the receiver: this many events dropped.
-    Rejected(usize),
+    /// The schedule dropped the batch's poll lines (`events`) and, after ten
+    /// drops in a row, the queue (`queue` events, else 0); its `kept` change
+    /// lines went back to the window.
+    Dropped { events: usize, queue: usize, kept: usize },
+    /// Rejected by the receiver: `events` poll lines dropped, `kept` change
+    /// lines back in the window (to be sent again after the retry wait).
+    Rejected { events: usize, kept: usize },
+}
+
+/// A page to read from the outbox: rows after `after`, at most `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboxRead {
+    pub after: u64,
+    pub limit: usize,
 }
 
 /// Events by fate (counts of lines, not batches).
@@ -193,6 +230,14 @@ struct Queued {
     at: Timestamp,
 }
 
+/// A change line held in memory, with its outbox sequence.
+#[derive(Debug)]
+struct Durable {
+    seq: u64,
+    line: String,
+    at: Timestamp,
+}
+
 #[derive(Debug)]
 struct Pending {
     batch: Batch,
@@ -204,6 +249,12 @@ struct Pending {
 pub struct SinkCore {
     limits: Limits,
     queue: VecDeque<Queued>,
+    /// The window of change lines read from the outbox, by sequence.
+    durable: VecDeque<Durable>,
+    /// The highest outbox sequence read into memory.
+    outbox_read: u64,
+    /// The outbox may hold rows above `outbox_read`.
+    outbox_more: bool,
     pending: Option<Pending>,
     schedule: RetrySchedule,
     /// Set by a retryable failure: no attempt before it. Cleared by a
@@ -223,6 +274,10 @@ impl SinkCore {
         SinkCore {
             limits,
             queue: VecDeque::new(),
+            durable: VecDeque::new(),
+            outbox_read: 0,
+            // Whatever was left by an earlier run.
+            outbox_more: true,
             pending: None,
             schedule: limits.schedule(),
             retry_at: None,
@@ -267,13 +322,16 @@ impl SinkCore {
             p.batch.attempt += 1;
             return Next::Send(p.batch.clone());
         }
-        let Some(oldest) = self.queue.front() else {
-            return Next::Idle;
+        let oldest = match (self.queue.front(), self.durable.front()) {
+            (None, None) => return Next::Idle,
+            (Some(q), None) => q.at,
+            (None, Some(d)) => d.at,
+            (Some(q), Some(d)) => q.at.min(d.at),
         };
-        let filled = if self.queue.len() >= self.limits.batch_size {
+        let filled = if self.queue.len() + self.durable.len() >= self.limits.batch_size {
             Timestamp(0)
         } else {
-            oldest.at.plus(self.limits.buffering)
+            oldest.plus(self.limits.buffering)
         };
         let ready = filled.max(self.retry_at.unwrap_or(Timestamp(0)));
         if now < ready {
@@ -282,13 +340,22 @@ impl SinkCore {
         Next::Send(self.take_batch())
     }
 
-    /// Move up to `batch_size` queued lines into a new batch in flight.
+    /// Move up to `batch_size` lines, change lines first, into a new batch
+    /// in flight.
     fn take_batch(&mut self) -> Batch {
-        let n = self.queue.len().min(self.limits.batch_size);
-        let lines: Arc<[String]> = self.queue.drain(..n).map(|q| q.line).collect();
+        let d = self.durable.len().min(self.limits.batch_size);
+        let n = self.queue.len().min(self.limits.batch_size - d);
+        let mut lines = Vec::with_capacity(d + n);
+        let mut seqs = Vec::with_capacity(d);
+        for x in self.durable.drain(..d) {
+            seqs.push(x.seq);
+            lines.push(x.line);
+        }
+        lines.extend(self.queue.drain(..n).map(|q| q.line));
         let batch = Batch {
             id: self.next_id,
-            lines,
+            lines: lines.into(),
+            seqs: seqs.into(),
             attempt: 1,
         };
         self.next_id += 1;
@@ -319,12 +386,19 @@ impl SinkCore {
                 Settled::Delivered(n)
             }
             Outcome::Rejected(message) => {
-                self.pending = None;
-                self.counters.rejected += n as u64;
+                let batch = self.pending.take().map(|p| p.batch);
+                let kept = batch.as_ref().map_or(0, |b| self.give_back(b, now));
+                self.counters.rejected += (n - kept) as u64;
                 self.batches.failed += 1;
                 self.last_error = Some(message);
                 self.last_failure = Some(now);
-                Settled::Rejected(n)
+                if kept > 0 {
+                    // Paced like a failure, so refused change lines are not
+                    // offered again in a tight loop.
+                    self.schedule = retry_schedule::failed(self.schedule, now.0).state;
+                    self.retry_at = Some(Timestamp(now.0.saturating_add(retry_schedule::interval(self.schedule))));
+                }
+                Settled::Rejected { events: n - kept, kept }
             }
             Outcome::Retryable(message) => {
                 self.batches.failed += 1;
@@ -341,38 +415,131 @@ impl SinkCore {
                         failures: self.schedule.failures(),
                     };
                 }
-                self.pending = None;
-                self.counters.dropped_batch += n as u64;
+                let batch = self.pending.take().map(|p| p.batch);
+                let kept = batch.as_ref().map_or(0, |b| self.give_back(b, now));
+                self.counters.dropped_batch += (n - kept) as u64;
                 let mut queue = 0;
                 if verdict.drop_queue {
                     queue = self.queue.len();
                     self.queue.clear();
                     self.counters.dropped_queue += queue as u64;
                 }
-                Settled::Dropped { events: n, queue }
+                Settled::Dropped {
+                    events: n - kept,
+                    queue,
+                    kept,
+                }
             }
         }
     }
 
+    /// Put the change lines of `batch` back at the front of the window, in
+    /// order; returns how many.
+    fn give_back(&mut self, batch: &Batch, now: Timestamp) -> usize {
+        for (seq, line) in batch.seqs.iter().zip(batch.lines.iter()).rev() {
+            self.durable.push_front(Durable {
+                seq: *seq,
+                line: line.clone(),
+                at: now,
+            });
+        }
+        batch.seqs.len()
+    }
+
+    /// A commit added rows to the outbox. Returns true when the driver
+    /// should read them now (the window has room).
+    pub fn outbox_committed(&mut self) -> bool {
+        self.outbox_more = true;
+        self.durable.len() < self.limits.queue_limit
+    }
+
+    /// The page to read from the outbox now, if any: rows may be waiting and
+    /// the window has room. Call [`SinkCore::outbox_loaded`] with what the
+    /// read found (or [`SinkCore::outbox_committed`] if it failed).
+    pub fn outbox_wanted(&mut self) -> Option<OutboxRead> {
+        let room = self.limits.queue_limit.saturating_sub(self.durable.len());
+        if !self.outbox_more || room == 0 {
+            return None;
+        }
+        // A commit from now on sets it again, so nothing is missed between
+        // this and the read.
+        self.outbox_more = false;
+        Some(OutboxRead {
+            after: self.outbox_read,
+            limit: room,
+        })
+    }
+
+    /// The rows a read of `read` found (lines by sequence, ascending), and
+    /// the highest sequence it saw (unreadable rows included, which the
+    /// caller deletes). A page as long as asked may have more behind it. A
+    /// page for an outdated read is ignored and the read is asked again.
+    pub fn outbox_loaded(&mut self, read: OutboxRead, rows: Vec<(u64, String)>, seen: u64, now: Timestamp) {
+        if read.after != self.outbox_read {
+            self.outbox_more = true;
+            return;
+        }
+        let mut n = 0;
+        for (seq, line) in rows {
+            if seq > self.outbox_read {
+                self.durable.push_back(Durable { seq, line, at: now });
+                self.outbox_read = seq;
+                n += 1;
+            }
+        }
+        self.outbox_read = self.outbox_read.max(seen);
+        if n >= read.limit {
+            self.outbox_more = true;
+        }
+    }
+
+    /// Count change events removed from the outbox without delivery (the
+    /// sink was disabled) as `dropped_queue`.
+    pub fn count_discarded_outbox(&mut self, n: u64) {
+        self.counters.dropped_queue += n;
+    }
+
+    /// The highest outbox sequence read into memory.
+    pub fn outbox_read(&self) -> u64 {
+        self.outbox_read
+    }
+
+    /// Change lines held in memory (window and pending batch).
+    pub fn outbox_held(&self) -> usize {
+        self.durable.len() + self.pending.as_ref().map_or(0, |p| p.batch.seqs.len())
+    }
+
     /// Apply new limits: cut the queue to `queue_limit` (oldest first,
-    /// counted `overflow`) and reset the retry schedule. A pending batch is
-    /// kept as it was.
+    /// counted `overflow`) and the window to `queue_limit` (newest first:
+    /// they stay in the outbox and are read again), and reset the retry
+    /// schedule. A pending batch is kept as it was.
     pub fn reconfigure(&mut self, limits: Limits) {
         self.limits = limits.normalized();
         while self.queue.len() > self.limits.queue_limit {
             self.queue.pop_front();
             self.counters.overflow += 1;
         }
+        if self.durable.len() > self.limits.queue_limit {
+            self.durable.truncate(self.limits.queue_limit);
+            if let Some(last) = self.durable.back() {
+                self.outbox_read = last.seq;
+            }
+            self.outbox_more = true;
+        }
         self.schedule = self.limits.schedule();
         self.retry_at = None;
     }
 
     /// Drop everything held, queued and pending (even in flight: its outcome
-    /// will be ignored), counted `dropped_queue`; returns how many. For
-    /// disabling the sink.
+    /// will be ignored); poll lines are counted `dropped_queue`, and returned.
+    /// Change lines leave memory only: the outbox is read again from the
+    /// start (the caller clears it, counting them). For disabling the sink.
     pub fn discard_all(&mut self) -> usize {
-        let n = self.depth();
+        let n = self.depth() - self.outbox_held();
         self.queue.clear();
+        self.durable.clear();
+        self.outbox_read = 0;
+        self.outbox_more = true;
         self.pending = None;
         self.counters.dropped_queue += n as u64;
         self.schedule = self.limits.schedule();
@@ -403,15 +570,15 @@ impl SinkCore {
             p.batch.attempt += 1;
             return Some(p.batch.clone());
         }
-        if self.queue.is_empty() {
+        if self.queue.is_empty() && self.durable.is_empty() {
             return None;
         }
         Some(self.take_batch())
     }
 
-    /// Events held: queued plus the pending batch.
+    /// Events held in memory: queued, the window, and the pending batch.
     pub fn depth(&self) -> usize {
-        self.queue.len() + self.pending.as_ref().map_or(0, |p| p.batch.lines.len())
+        self.queue.len() + self.durable.len() + self.pending.as_ref().map_or(0, |p| p.batch.lines.len())
     }
 
     /// Events queued, not counting the pending batch.
@@ -641,7 +808,7 @@ mod tests {
                     now = at.0 - base;
                     assert_eq!(send(&mut core, base + now).id, b.id);
                 }
-                Settled::Dropped { events, queue } => {
+                Settled::Dropped { events, queue, .. } => {
                     assert_eq!((events, queue), (1, 0));
                     break;
                 }
@@ -661,7 +828,11 @@ mod tests {
         // first failure.
         assert_eq!(
             core.on_sent(b2.id, fail(), t(base + now + 60_000)),
-            Settled::Dropped { events: 1, queue: 0 }
+            Settled::Dropped {
+                events: 1,
+                queue: 0,
+                kept: 0
+            }
         );
     }
 
@@ -676,7 +847,11 @@ mod tests {
             assert_eq!(nums(&b), [2 * i, 2 * i + 1]);
             assert_eq!(
                 core.on_sent(b.id, fail(), t(now)),
-                Settled::Dropped { events: 2, queue: 0 }
+                Settled::Dropped {
+                    events: 2,
+                    queue: 0,
+                    kept: 0
+                }
             );
             now = core.status().next_attempt_at.expect("gated").0;
         }
@@ -685,7 +860,11 @@ mod tests {
         assert_eq!(nums(&b), [18, 19]);
         assert_eq!(
             core.on_sent(b.id, fail(), t(now)),
-            Settled::Dropped { events: 2, queue: 20 }
+            Settled::Dropped {
+                events: 2,
+                queue: 20,
+                kept: 0
+            }
         );
         assert_eq!(core.depth(), 0);
         let c = core.counters();
@@ -698,7 +877,11 @@ mod tests {
         assert_eq!(nums(&b), [40, 41]);
         assert_eq!(
             core.on_sent(b.id, fail(), t(now + 10)),
-            Settled::Dropped { events: 2, queue: 3 }
+            Settled::Dropped {
+                events: 2,
+                queue: 3,
+                kept: 0
+            }
         );
         // A success resets everything.
         now = core.status().next_attempt_at.expect("gated").0;
@@ -708,7 +891,11 @@ mod tests {
         let b = send(&mut core, now + 10);
         assert_eq!(
             core.on_sent(b.id, fail(), t(now + 10)),
-            Settled::Dropped { events: 2, queue: 0 }
+            Settled::Dropped {
+                events: 2,
+                queue: 0,
+                kept: 0
+            }
         );
     }
 
@@ -734,7 +921,7 @@ mod tests {
         let b = send(&mut core, 0);
         assert_eq!(
             core.on_sent(b.id, Outcome::Rejected("HTTP 400 Bad Request".into()), t(5)),
-            Settled::Rejected(2)
+            Settled::Rejected { events: 2, kept: 0 }
         );
         let st = core.status();
         assert_eq!((st.consecutive_failures, st.next_attempt_at), (0, None));
@@ -817,6 +1004,140 @@ mod tests {
         assert_eq!(core.on_sent(b.id, Outcome::Ok, t(2)), Settled::Ignored);
         assert_eq!(core.counters().dropped_queue, 3);
         assert_eq!(core.depth(), 0);
+    }
+
+    /// Read everything the fake outbox `rows` holds past the window.
+    fn load(core: &mut SinkCore, rows: &[(u64, String)], now: u64) {
+        while let Some(read) = core.outbox_wanted() {
+            let page: Vec<(u64, String)> = rows
+                .iter()
+                .filter(|(s, _)| *s > read.after)
+                .take(read.limit)
+                .cloned()
+                .collect();
+            let seen = page.last().map_or(read.after, |(s, _)| *s);
+            core.outbox_loaded(read, page, seen, t(now));
+        }
+    }
+
+    fn change_rows(range: std::ops::Range<u64>) -> Vec<(u64, String)> {
+        range.map(|n| (n + 1, line(1000 + n))).collect()
+    }
+
+    #[test]
+    fn change_lines_go_first_and_carry_their_sequences() {
+        let mut core = SinkCore::new(limits(4, 100, 600_000, 100));
+        push_n(&mut core, 0..3, 0);
+        let rows = change_rows(0..2);
+        assert!(core.outbox_committed());
+        load(&mut core, &rows, 5);
+        assert_eq!(core.depth(), 5);
+        let b = send(&mut core, 100);
+        assert_eq!(nums(&b), [1000, 1001, 0, 1]);
+        assert_eq!(&b.seqs[..], [1, 2]);
+        assert_eq!(core.on_sent(b.id, Outcome::Ok, t(100)), Settled::Delivered(4));
+        assert_eq!(core.outbox_read(), 2);
+        assert_eq!(core.outbox_wanted(), None, "nothing new committed");
+        assert!(core.outbox_committed());
+        assert_eq!(core.outbox_wanted(), Some(OutboxRead { after: 2, limit: 100 }));
+    }
+
+    #[test]
+    fn dropped_and_rejected_batches_give_their_change_lines_back() {
+        // retry_limit 0: the first failure drops a batch.
+        let mut core = SinkCore::new(limits(10, 10, 0, 100));
+        push_n(&mut core, 0..2, 0);
+        core.outbox_committed();
+        load(&mut core, &change_rows(0..2), 0);
+        let b = send(&mut core, 10);
+        assert_eq!(
+            core.on_sent(b.id, fail(), t(10)),
+            Settled::Dropped {
+                events: 2,
+                queue: 0,
+                kept: 2
+            }
+        );
+        assert_eq!(core.counters().dropped_batch, 2, "the poll lines only");
+        let at = core.status().next_attempt_at.expect("paced").0;
+        let again = send(&mut core, at);
+        assert_eq!(nums(&again), [1000, 1001], "the same change lines, as they were");
+        assert_eq!(&again.seqs[..], [1, 2]);
+        // A rejection: paced like a failure, kept.
+        assert_eq!(
+            core.on_sent(again.id, Outcome::Rejected("HTTP 400".into()), t(at)),
+            Settled::Rejected { events: 0, kept: 2 }
+        );
+        let next = core.status().next_attempt_at.expect("paced after a rejection").0;
+        assert!(next > at);
+        assert_eq!(core.next(t(at)), Next::WaitUntil(t(next)));
+        let third = send(&mut core, next);
+        assert_eq!(&third.seqs[..], [1, 2]);
+        core.on_sent(third.id, Outcome::Ok, t(next));
+        assert_eq!(core.counters().sent, 2);
+        assert_eq!((core.counters().rejected, core.depth()), (0, 0));
+    }
+
+    #[test]
+    fn ten_drops_drop_the_poll_queue_but_never_the_change_lines() {
+        let mut core = SinkCore::new(limits(1, 10, 0, 1000));
+        push_n(&mut core, 0..30, 0);
+        core.outbox_committed();
+        load(&mut core, &change_rows(0..1), 0);
+        let mut now = 0;
+        for _ in 0..12 {
+            let b = send(&mut core, now);
+            core.on_sent(b.id, fail(), t(now));
+            now = core.status().next_attempt_at.expect("gated").0;
+        }
+        assert_eq!(core.queued(), 0, "the poll queue is gone");
+        assert_eq!(core.outbox_held(), 1, "the change line is not");
+        let b = send(&mut core, now);
+        assert_eq!(&b.seqs[..], [1]);
+    }
+
+    #[test]
+    fn a_smaller_queue_limit_returns_the_newest_change_lines_to_the_outbox() {
+        let mut core = SinkCore::new(limits(10, 10, 600_000, 5));
+        let rows = change_rows(0..8);
+        core.outbox_committed();
+        load(&mut core, &rows, 0);
+        assert_eq!(core.outbox_held(), 5, "a page is at most queue_limit");
+        core.reconfigure(limits(10, 10, 600_000, 2));
+        assert_eq!((core.outbox_held(), core.outbox_read()), (2, 2));
+        assert_eq!(core.counters().overflow, 0, "nothing lost: they are still stored");
+        let mut delivered = vec![];
+        for _ in 0..10 {
+            load(&mut core, &rows, 0);
+            if let Next::Send(b) = core.next(t(1000)) {
+                delivered.extend(b.seqs.iter().copied());
+                core.on_sent(b.id, Outcome::Ok, t(1000));
+            }
+        }
+        assert_eq!(delivered, (1..=8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_outdated_page_is_read_again() {
+        let mut core = SinkCore::new(limits(10, 10, 600_000, 5));
+        core.outbox_committed();
+        let read = core.outbox_wanted().expect("a read");
+        core.outbox_loaded(read, change_rows(0..2), 2, t(0));
+        // A page for the same read again (e.g. a retry) changes nothing.
+        core.outbox_loaded(read, change_rows(0..2), 2, t(0));
+        assert_eq!(core.outbox_held(), 2);
+        assert!(core.outbox_wanted().is_some(), "asked again");
+    }
+
+    #[test]
+    fn disabling_forgets_the_window_and_reads_the_outbox_from_the_start() {
+        let mut core = SinkCore::new(limits(10, 10, 600_000, 5));
+        push_n(&mut core, 0..2, 0);
+        core.outbox_committed();
+        load(&mut core, &change_rows(0..3), 0);
+        assert_eq!(core.discard_all(), 2, "poll lines counted");
+        assert_eq!(core.counters().dropped_queue, 2);
+        assert_eq!(core.outbox_wanted(), Some(OutboxRead { after: 0, limit: 5 }));
     }
 
     #[derive(Debug, Clone)]
@@ -912,6 +1233,110 @@ mod tests {
                 prop_assert!(core.queued() <= core.limits().queue_limit);
             }
             prop_assert!(delivered.windows(2).all(|w| w[0] < w[1]), "in order, no duplicates: {:?}", delivered);
+        }
+
+        /// Change lines are never lost: whatever happens (failures, drops,
+        /// rejections, smaller limits), every committed row is delivered
+        /// exactly once in this model (no crash), in commit order, and a
+        /// row is deleted only after a 2xx for a batch holding it.
+        #[test]
+        fn change_lines_are_delivered_in_order_and_deleted_only_after_a_2xx(
+            batch_size in 1usize..6,
+            retry_limit in 0u64..100_000,
+            queue_limit in 1usize..8,
+            ops in proptest::collection::vec(op(), 1..200),
+        ) {
+            let mut core = SinkCore::new(limits(batch_size, 50, retry_limit, queue_limit));
+            let mut table: std::collections::BTreeMap<u64, String> = Default::default();
+            let mut committed = 0u64;
+            let mut now = 0u64;
+            let mut in_flight: Option<Batch> = None;
+            let mut delivered: Vec<u64> = vec![];
+            let mut largest = 0usize;
+            let load = |core: &mut SinkCore, table: &std::collections::BTreeMap<u64, String>, now: u64| {
+                if let Some(read) = core.outbox_wanted() {
+                    let page: Vec<(u64, String)> = table
+                        .range(read.after + 1..)
+                        .take(read.limit)
+                        .map(|(s, l)| (*s, l.clone()))
+                        .collect();
+                    let seen = page.last().map_or(read.after, |(s, _)| *s);
+                    core.outbox_loaded(read, page, seen, t(now));
+                }
+            };
+            for op in ops {
+                match op {
+                    // Odd pushes are poll lines, even ones commit change rows.
+                    Op::Push(k) if k % 2 == 1 => {
+                        core.push(line(10_000 + now), t(now));
+                    }
+                    Op::Push(k) => {
+                        for _ in 0..k {
+                            committed += 1;
+                            table.insert(committed, line(committed));
+                        }
+                        core.outbox_committed();
+                    }
+                    Op::Advance(ms) => now += u64::from(ms),
+                    Op::Step | Op::Shutdown => {
+                        load(&mut core, &table, now);
+                        if in_flight.is_none()
+                            && let Next::Send(b) = core.next(t(now))
+                        {
+                            for s in b.seqs.iter() {
+                                prop_assert!(table.contains_key(s), "row {} sent after its deletion", s);
+                            }
+                            in_flight = Some(b);
+                        }
+                    }
+                    Op::Ok | Op::Retry | Op::Reject => if let Some(b) = in_flight.take() {
+                        let outcome = match op {
+                            Op::Ok => Outcome::Ok,
+                            Op::Retry => fail(),
+                            _ => Outcome::Rejected("HTTP 400".into()),
+                        };
+                        let ok = outcome == Outcome::Ok;
+                        core.on_sent(b.id, outcome, t(now));
+                        if ok {
+                            for s in b.seqs.iter() {
+                                table.remove(s);
+                                delivered.push(*s);
+                            }
+                        }
+                    },
+                    Op::Reconfigure(b, _, r, q) => core.reconfigure(limits(b, 50, r, q)),
+                }
+                // Memory stays bounded: the window by `queue_limit` plus a
+                // batch given back, the pending batch by its size.
+                if let Some(b) = &in_flight {
+                    largest = largest.max(b.lines.len());
+                }
+                prop_assert!(core.outbox_held() <= core.limits().queue_limit + 2 * largest);
+            }
+            // The receiver comes back: everything left goes out.
+            if let Some(b) = in_flight.take() {
+                core.on_sent(b.id, Outcome::Ok, t(now));
+                for s in b.seqs.iter() {
+                    table.remove(s);
+                    delivered.push(*s);
+                }
+            }
+            for _ in 0..10_000 {
+                if table.is_empty() {
+                    break;
+                }
+                now += 70_000;
+                load(&mut core, &table, now);
+                if let Next::Send(b) = core.next(t(now)) {
+                    core.on_sent(b.id, Outcome::Ok, t(now));
+                    for s in b.seqs.iter() {
+                        table.remove(s);
+                        delivered.push(*s);
+                    }
+                }
+            }
+            prop_assert!(table.is_empty(), "left in the outbox: {:?}", table.keys().collect::<Vec<_>>());
+            prop_assert_eq!(delivered, (1..=committed).collect::<Vec<_>>());
         }
     }
 }

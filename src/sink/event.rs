@@ -12,7 +12,14 @@
 //! | field  | type   | meaning                                                        |
 //! |--------|--------|----------------------------------------------------------------|
 //! | `time` | string | when it happened (RFC 3339 UTC, milliseconds)                  |
+//! | `id`   | string | **change events only** (`breaker`, `dead_letter`, `settings`, `operator`; absent on `poll` and `test`): a stable, unique id (a ULID), the same on every delivery of the event |
 //! | `kind` | string | `poll`, `breaker`, `dead_letter`, `settings`, `operator`, `test` |
+//!
+//! Change events are durable: written to the database in the same
+//! transaction as the change they record, and delivered at least once
+//! (across restarts and failed attempts), so a receiver de-duplicates them
+//! by `id`. Poll events are best effort, held in memory only. See
+//! docs/EVENTS.md.
 //!
 //! ## `poll` — one poll of an endpoint group finished
 //!
@@ -84,18 +91,39 @@
 //! ```text
 //! {"time":"2026-11-30T04:40:00.123Z","kind":"poll","instance":"web-1","type":"http","group":"status","result":"success","duration_ms":12.5,"status":200,"changed":false,"error":null}
 //! {"time":"2026-11-30T04:40:01.000Z","kind":"poll","instance":"web-1","type":"http","group":"status","result":"error","duration_ms":10000.0,"status":null,"error":{"category":"transient","kind":"timeout","message":"timed out after 10s"}}
-//! {"time":"2026-11-30T04:40:01.000Z","kind":"breaker","instance":"web-1","type":"http","group":"status","from":"closed","to":"open","failures":3,"retry_at":"2026-11-30T04:40:31.000Z"}
-//! {"time":"2026-11-30T04:41:00.000Z","kind":"dead_letter","instance":"web-1","type":"http","group":"status","action":"entered","reason":"max_retry_attempts","error":"timed out after 10s","actor":null}
-//! {"time":"2026-11-30T04:42:00.000Z","kind":"settings","actor":"admin","section":"sink","change":{"batch_size":500}}
-//! {"time":"2026-11-30T04:43:00.000Z","kind":"operator","actor":"admin","action":"instance.delete","target":"web-1"}
+//! {"time":"2026-11-30T04:40:01.000Z","id":"01KB9WJ0R8N5CV3M9Q4TB6ZK2E","kind":"breaker","instance":"web-1","type":"http","group":"status","from":"closed","to":"open","failures":3,"retry_at":"2026-11-30T04:40:31.000Z"}
+//! {"time":"2026-11-30T04:41:00.000Z","id":"01KB9WKV00JQZ0F8W3H1X5D7MA","kind":"dead_letter","instance":"web-1","type":"http","group":"status","action":"entered","reason":"max_retry_attempts","error":"timed out after 10s","actor":null}
+//! {"time":"2026-11-30T04:42:00.000Z","id":"01KB9WNNG0S2E7Y4R6K8P0C3VB","kind":"settings","actor":"admin","section":"sink","change":{"batch_size":500}}
+//! {"time":"2026-11-30T04:43:00.000Z","id":"01KB9WQG80A9D3T5M2W7H4F6RN","kind":"operator","actor":"admin","action":"instance.delete","target":"web-1"}
 //! {"time":"2026-11-30T04:44:00.000Z","kind":"test","actor":"admin","message":"test event from Pollster"}
 //! ```
 
 use crate::model::{
     BreakerState, DeadLetterReason, ErrorCategory, ErrorKind, FailedItem, PollError, PollResult, Timestamp,
 };
+use crate::store::OutboxEvent;
+use rand::{Rng, RngExt};
 use serde::{Serialize, Serializer};
 use std::time::Duration;
+
+/// Crockford's base 32, as ULIDs use it.
+const ULID_ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// A new event id: a ULID (26 characters of Crockford base 32: 48 bits of
+/// `time` in milliseconds, then 80 random bits), e.g.
+/// `01JDQ9Y3V2K8S6R0ZP4M5TQW7A`. Unique without coordination (a clash needs
+/// two events in the same millisecond drawing the same 80 bits), and ids of
+/// events far enough apart sort by time.
+pub fn new_event_id(time: Timestamp, rng: &mut impl Rng) -> String {
+    let random: u128 = rng.random::<u128>() & ((1u128 << 80) - 1);
+    let value = (u128::from(time.0 & ((1u64 << 48) - 1)) << 80) | random;
+    (0..26)
+        .map(|i| {
+            let shift = 125 - 5 * i;
+            char::from(ULID_ALPHABET[((value >> shift) & 31) as usize])
+        })
+        .collect()
+}
 
 /// `2026-11-30T04:40:00.123Z`: RFC 3339 UTC with milliseconds.
 pub fn rfc3339_millis(t: Timestamp) -> String {
@@ -120,6 +148,10 @@ fn ser_opt_time<S: Serializer>(t: &Option<Timestamp>, s: S) -> Result<S::Ok, S::
 pub struct Event {
     #[serde(serialize_with = "ser_time")]
     pub time: Timestamp,
+    /// The stable id of a change event (set by [`Event::with_new_id`] when
+    /// it is written to the outbox); absent on poll and test events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     #[serde(flatten)]
     pub kind: EventKind,
 }
@@ -140,6 +172,7 @@ impl Event {
     pub fn poll(time: Timestamp, poll: PollEvent) -> Event {
         Event {
             time,
+            id: None,
             kind: EventKind::Poll(poll),
         }
     }
@@ -147,6 +180,7 @@ impl Event {
     pub fn breaker(time: Timestamp, breaker: BreakerEvent) -> Event {
         Event {
             time,
+            id: None,
             kind: EventKind::Breaker(breaker),
         }
     }
@@ -154,6 +188,7 @@ impl Event {
     pub fn dead_letter(time: Timestamp, dead_letter: DeadLetterEvent) -> Event {
         Event {
             time,
+            id: None,
             kind: EventKind::DeadLetter(dead_letter),
         }
     }
@@ -162,6 +197,7 @@ impl Event {
     pub fn settings(time: Timestamp, actor: &str, section: SettingsSection, change: serde_json::Value) -> Event {
         Event {
             time,
+            id: None,
             kind: EventKind::Settings(SettingsEvent {
                 actor: actor.into(),
                 section,
@@ -174,6 +210,7 @@ impl Event {
     pub fn operator(time: Timestamp, actor: &str, action: &str, target: &str) -> Event {
         Event {
             time,
+            id: None,
             kind: EventKind::Operator(OperatorEvent {
                 actor: actor.into(),
                 action: action.into(),
@@ -185,6 +222,7 @@ impl Event {
     pub fn test(time: Timestamp, actor: &str, message: &str) -> Event {
         Event {
             time,
+            id: None,
             kind: EventKind::Test(TestEvent {
                 actor: actor.into(),
                 message: message.into(),
@@ -202,6 +240,32 @@ impl Event {
             EventKind::Settings(_) => "settings",
             EventKind::Operator(_) => "operator",
             EventKind::Test(_) => "test",
+        }
+    }
+
+    /// Whether the event records a change (breaker, dead-letter, settings,
+    /// operator): those are durable and carry an `id`; poll and test events
+    /// are best effort.
+    pub fn is_change(&self) -> bool {
+        matches!(
+            self.kind,
+            EventKind::Breaker(_) | EventKind::DeadLetter(_) | EventKind::Settings(_) | EventKind::Operator(_)
+        )
+    }
+
+    /// The event with a new id ([`new_event_id`]) from its time and `rng`.
+    pub fn with_new_id(mut self, rng: &mut impl Rng) -> Event {
+        self.id = Some(new_event_id(self.time, rng));
+        self
+    }
+
+    /// The event as an outbox row, with a new id: the line stored is the
+    /// line sent, every time it is sent.
+    pub fn to_outbox(&self, rng: &mut impl Rng) -> OutboxEvent {
+        let event = self.clone().with_new_id(rng);
+        OutboxEvent {
+            line: event.to_line(),
+            id: event.id.unwrap_or_default(),
         }
     }
 
@@ -491,6 +555,47 @@ mod tests {
         assert!(line.ends_with('\n'));
         assert_eq!(line.matches('\n').count(), 1, "one line: {line:?}");
         serde_json::from_str(&line).expect("valid JSON")
+    }
+
+    #[test]
+    fn event_ids_are_ulids_of_the_time_and_random_bits() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let a = new_event_id(T, &mut rng);
+        let b = new_event_id(T, &mut rng);
+        assert_eq!(a.len(), 26);
+        assert!(a.bytes().all(|c| ULID_ALPHABET.contains(&c)), "{a}");
+        assert_ne!(a, b, "random bits differ");
+        assert_eq!(a[..10], b[..10], "the first 10 characters are the time");
+        // 48 bits of milliseconds: 0 is all zeros, the largest is 7ZZZZZZZZZ.
+        assert_eq!(&new_event_id(Timestamp(0), &mut rng)[..10], "0000000000");
+        assert_eq!(&new_event_id(Timestamp((1 << 48) - 1), &mut rng)[..10], "7ZZZZZZZZZ");
+        assert!(
+            new_event_id(Timestamp(T.0 + 1), &mut rng) > b,
+            "a later millisecond sorts after"
+        );
+    }
+
+    #[test]
+    fn change_events_carry_their_id_in_the_stored_line() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let e = Event::operator(T, "admin", "instance.create", "web-1");
+        assert!(e.is_change());
+        assert!(parse(&e).get("id").is_none(), "no id until it is given one");
+        let row = e.to_outbox(&mut rng);
+        let v: Value = serde_json::from_str(&row.line).expect("json");
+        assert_eq!(v["id"], row.id.as_str());
+        assert_eq!(v["action"], "instance.create");
+        assert!(
+            row.line.starts_with("{\"time\":\"2026-11-30T04:40:00.123Z\",\"id\":"),
+            "{}",
+            row.line
+        );
+        assert_ne!(e.to_outbox(&mut rng).id, row.id, "a new id per outbox row");
+        assert!(!Event::test(T, "a", "m").is_change());
+        let poll = PollEvent::success("a", "t", "g", Duration::ZERO, 200, false);
+        assert!(!Event::poll(T, poll).is_change());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The sink's Prometheus metrics (§6): what happened to events, the queue
-//! depth, POST attempts and the current retry wait.
+//! depth, the outbox depth, POST attempts and the current retry wait.
 
 use super::core::{Batches, Counters};
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
@@ -25,6 +25,8 @@ pub struct SinkMetrics {
     pub queue_depth: IntGauge,
     /// `pollster_sink_retry_wait_seconds`.
     pub retry_wait: Gauge,
+    /// `pollster_sink_outbox_depth`.
+    pub outbox_depth: IntGauge,
 }
 
 impl SinkMetrics {
@@ -36,6 +38,7 @@ impl SinkMetrics {
         registry.register(Box::new(m.queue_depth.clone()))?;
         registry.register(Box::new(m.batches.clone()))?;
         registry.register(Box::new(m.retry_wait.clone()))?;
+        registry.register(Box::new(m.outbox_depth.clone()))?;
         Ok(m)
     }
 
@@ -64,11 +67,17 @@ impl SinkMetrics {
         )?;
         let queue_depth = IntGauge::with_opts(Opts::new(
             "pollster_sink_queue_depth",
-            "Events held by the event sink and not yet delivered (queued plus the batch being sent).",
+            "Events held in memory by the event sink and not yet delivered (queued, change events read from the \
+             outbox, and the batch being sent).",
         ))?;
         let retry_wait = Gauge::with_opts(Opts::new(
             "pollster_sink_retry_wait_seconds",
             "The event sink's current wait between attempts after a failure; 0 while healthy.",
+        ))?;
+        let outbox_depth = IntGauge::with_opts(Opts::new(
+            "pollster_sink_outbox_depth",
+            "Change events (breaker, dead-letter, settings, operator) stored in the outbox and not yet delivered; \
+             they survive a restart and are sent until a receiver accepts them.",
         ))?;
         let outcome = |o: &str| events.with_label_values(&[o]);
         Ok(SinkMetrics {
@@ -83,6 +92,7 @@ impl SinkMetrics {
             batches,
             queue_depth,
             retry_wait,
+            outbox_depth,
         })
     }
 

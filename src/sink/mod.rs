@@ -25,10 +25,27 @@
 //! - Any other status (3xx, 4xx): rejected; the batch is dropped at once and
 //!   counted `rejected`.
 //!
+//! # Change events: the outbox
+//!
+//! Change events (breaker, dead-letter, settings, operator) do not go
+//! through [`Sink::emit`]: [`Sink::stage`] gives each an `id` and makes it an
+//! outbox row, which the caller writes in the same store transaction as the
+//! change itself (`Store::*_with_events`). The store tells the sink of the
+//! commit ([`Sink::attach_outbox`] sets that up), and the driver reads the
+//! outbox in pages into the core's window (see [`core`]), sends those lines
+//! first in each batch, and deletes their rows only after a 2xx for the
+//! batch. A row whose delivery was not confirmed is sent again, with the
+//! same `id`, after a failure, a rejection, or a restart: at least once.
+//!
+//! While the sink is off nothing is staged, and the outbox is cleared (at
+//! start and when the sink is turned off), its rows counted `dropped_queue`,
+//! so rows never pile up for a receiver that is not configured.
+//!
 //! # Life cycle
 //!
 //! [`Sink::new`] builds a handle (disabled when the config is `None`);
-//! [`Sink::start`] spawns the driver; [`Sink::reconfigure`] applies a new
+//! [`Sink::attach_outbox`] connects it to the store; [`Sink::start`] spawns
+//! the driver; [`Sink::reconfigure`] applies a new
 //! config live; [`Sink::shutdown`] stops the driver and flushes what is left,
 //! in batches, stopping at the first failure or when its time is up. After
 //! shutdown, [`Sink::emit`] does nothing.
@@ -40,7 +57,7 @@ pub mod metrics;
 #[cfg(test)]
 mod tests;
 
-pub use self::core::{Batch, Batches, Counters, Limits, Next, Outcome, Settled, SinkCore};
+pub use self::core::{Batch, Batches, Counters, Limits, Next, OutboxRead, Outcome, Settled, SinkCore};
 pub use event::{
     BreakerEvent, DeadLetterAction, DeadLetterEvent, Event, EventKind, PollEvent, SettingsSection, rfc3339_millis,
 };
@@ -48,11 +65,12 @@ pub use metrics::SinkMetrics;
 
 use crate::config::SinkConfig;
 use crate::model::{Timestamp, duration_str};
+use crate::store::{OutboxEvent, Store};
 use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinHandle};
@@ -120,8 +138,11 @@ pub struct SinkStatus {
     pub retry_limit: Option<String>,
     pub queue_limit: Option<usize>,
     pub gzip: bool,
-    /// Events held and not yet delivered (queued plus the batch being sent).
+    /// Events held in memory and not yet delivered (queued, change events
+    /// read from the outbox, and the batch being sent).
     pub queue_depth: usize,
+    /// Change events stored in the outbox and not yet delivered.
+    pub outbox_depth: u64,
     /// Failed attempts since the last success.
     pub consecutive_failures: u64,
     /// The current wait between attempts after a failure; 0 while healthy.
@@ -163,6 +184,8 @@ struct Inner {
     /// True while the driver task exists (cleared when its future is dropped).
     alive: watch::Sender<bool>,
     driver: Mutex<Option<AbortHandle>>,
+    /// The store holding the outbox, once attached.
+    outbox: OnceLock<Store>,
 }
 
 struct State {
@@ -174,6 +197,11 @@ struct State {
     started: bool,
     stopped: bool,
     request_timeout: Duration,
+    /// The sink was turned off: the outbox is to be cleared (unless it is
+    /// turned on again first).
+    purge: bool,
+    /// Outbox rows delivered whose deletion failed; tried again.
+    undeleted: Vec<u64>,
 }
 
 /// Where and how to POST, derived from a config once per change.
@@ -254,6 +282,8 @@ impl Sink {
             started: false,
             stopped: false,
             request_timeout: REQUEST_TIMEOUT,
+            purge: false,
+            undeleted: Vec::new(),
         };
         metrics.queue_depth.set(0);
         metrics.retry_wait.set(0.0);
@@ -266,6 +296,7 @@ impl Sink {
                 client: http_client(),
                 alive: watch::Sender::new(false),
                 driver: Mutex::new(None),
+                outbox: OnceLock::new(),
             }),
         }
     }
@@ -278,6 +309,31 @@ impl Sink {
     /// A disabled sink with unregistered metrics.
     pub fn disabled() -> Sink {
         Sink::new(None, SinkMetrics::unregistered())
+    }
+
+    /// Read change events from `store`'s outbox and hear of its commits.
+    /// Call once, before [`Sink::start`]; later calls are ignored.
+    pub fn attach_outbox(&self, store: Store) {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        // Weak: the store must not keep the sink (and through it, the
+        // store itself) alive.
+        store.on_outbox_commit(Arc::new(move |added| {
+            if let Some(inner) = weak.upgrade() {
+                inner.metrics.outbox_depth.add(added as i64);
+                let read = lock(&inner.state).core.outbox_committed();
+                if read {
+                    inner.wake.notify_one();
+                }
+            }
+        }));
+        let _ = self.inner.outbox.set(store);
+    }
+
+    /// A change event as an outbox row with a new `id`, to be written with
+    /// the change it records (`Store::*_with_events`); `None` while the sink
+    /// is off (nothing is kept for a receiver that is not configured).
+    pub fn stage(&self, event: &Event) -> Option<OutboxEvent> {
+        self.is_enabled().then(|| event.to_outbox(&mut rand::rng()))
     }
 
     /// Spawn the driver task (on the current tokio runtime). Only the first
@@ -342,11 +398,13 @@ impl Sink {
                 None => {
                     if st.target.take().is_some() {
                         let dropped = st.core.discard_all();
+                        st.purge = true;
                         tracing::info!(dropped, "event sink disabled");
                     }
                     self.inner.enabled.store(false, Ordering::Relaxed);
                 }
                 Some(config) => {
+                    st.purge = false;
                     if st.target.as_ref().is_none_or(|t| t.config != config) {
                         st.core.reconfigure(Limits::from_config(&config));
                         let target = Target::new(config);
@@ -376,6 +434,7 @@ impl Sink {
             queue_limit: config.map(|c| c.queue_limit),
             gzip: config.is_some_and(|c| c.gzip),
             queue_depth: st.core.depth(),
+            outbox_depth: self.inner.metrics.outbox_depth.get().max(0) as u64,
             consecutive_failures: cs.consecutive_failures,
             retry_wait_ms: cs.retry_wait_ms,
             next_attempt_at: time(cs.next_attempt_at),
@@ -459,6 +518,7 @@ impl Sink {
             if !ok {
                 return;
             }
+            self.inner.delivered(&batch).await;
         }
     }
 
@@ -506,14 +566,155 @@ impl Inner {
                 retry_in_ms = at.0.saturating_sub(now.0),
                 "event sink: batch failed, will retry"
             ),
-            Settled::Dropped { events, queue } => tracing::error!(
+            Settled::Dropped { events, queue, kept } => tracing::error!(
                 %error,
                 events,
                 queue,
-                "event sink: retry limit reached, batch dropped{}",
+                kept,
+                "event sink: retry limit reached, batch dropped{} (change events kept for the next attempt)",
                 if queue > 0 { " with the queue" } else { "" }
             ),
-            Settled::Rejected(events) => tracing::error!(%error, events, "event sink: batch rejected, dropped"),
+            Settled::Rejected { events, kept } => tracing::error!(
+                %error,
+                events,
+                kept,
+                "event sink: batch rejected; poll events dropped, change events kept for the next attempt"
+            ),
+        }
+    }
+}
+
+impl Inner {
+    /// A 2xx for `batch`: delete its outbox rows (and any whose deletion
+    /// failed before). A row that cannot be deleted now is tried again
+    /// with the next batch; if the process stops first, it is sent again
+    /// after the restart (at least once).
+    async fn delivered(&self, batch: &Batch) {
+        let Some(store) = self.outbox.get().cloned() else {
+            return;
+        };
+        let seqs: Vec<u64> = {
+            let mut st = lock(&self.state);
+            if batch.seqs.is_empty() && st.undeleted.is_empty() {
+                return;
+            }
+            let mut seqs = std::mem::take(&mut st.undeleted);
+            seqs.extend(batch.seqs.iter().copied());
+            seqs
+        };
+        let s = seqs.clone();
+        match tokio::task::spawn_blocking(move || store.delete_outbox(&s)).await {
+            Ok(Ok(n)) => self.metrics.outbox_depth.sub(n as i64),
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    Err(e) => e.to_string(),
+                    Ok(Ok(_)) => String::new(),
+                };
+                tracing::warn!(%error, rows = seqs.len(), "event sink: cannot delete delivered events from the outbox; will retry");
+                lock(&self.state).undeleted.extend(seqs);
+            }
+        }
+    }
+
+    /// Read one page of the outbox into the core's window. Unreadable rows
+    /// are logged and deleted (they can never be sent).
+    async fn read_outbox(&self, store: Store, read: OutboxRead) -> bool {
+        let result = tokio::task::spawn_blocking(move || {
+            let page = store.outbox_page(read.after, read.limit)?;
+            let mut rows = Vec::with_capacity(page.len());
+            let mut bad = Vec::new();
+            let mut seen = read.after;
+            for (seq, row) in page {
+                seen = seen.max(seq);
+                match row {
+                    Ok(e) => rows.push((seq, e.line)),
+                    Err(e) => bad.push((seq, e)),
+                }
+            }
+            if !bad.is_empty() {
+                let seqs: Vec<u64> = bad.iter().map(|(s, _)| *s).collect();
+                store.delete_outbox(&seqs)?;
+            }
+            Ok::<_, crate::store::StoreError>((rows, seen, bad))
+        })
+        .await;
+        let now = Timestamp::now();
+        match result {
+            Ok(Ok((rows, seen, bad))) => {
+                for (seq, e) in &bad {
+                    tracing::error!(seq, error = %e, "event sink: unreadable outbox row deleted");
+                }
+                self.metrics.outbox_depth.sub(bad.len() as i64);
+                let mut st = lock(&self.state);
+                st.core.outbox_loaded(read, rows, seen, now);
+                if !bad.is_empty() {
+                    // The page may have been full of rows: look again.
+                    st.core.outbox_committed();
+                }
+                self.publish(&mut st);
+                true
+            }
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    Err(e) => e.to_string(),
+                    Ok(Ok(_)) => String::new(),
+                };
+                tracing::warn!(%error, "event sink: cannot read the outbox; will retry");
+                lock(&self.state).core.outbox_committed();
+                false
+            }
+        }
+    }
+
+    /// The outbox as the driver starts: its depth for the gauge, or, with
+    /// the sink off, cleared.
+    async fn open_outbox(&self) {
+        let Some(store) = self.outbox.get().cloned() else {
+            return;
+        };
+        let off = lock(&self.state).target.is_none();
+        let result = tokio::task::spawn_blocking(move || {
+            if off {
+                store.clear_outbox().map(|n| (0, n))
+            } else {
+                store.outbox_len().map(|n| (n, 0))
+            }
+        })
+        .await;
+        match result {
+            Ok(Ok((depth, cleared))) => {
+                self.metrics.outbox_depth.set(depth as i64);
+                if cleared > 0 {
+                    tracing::info!(cleared, "event sink is off: cleared the undelivered change events");
+                    let mut st = lock(&self.state);
+                    st.core.count_discarded_outbox(cleared);
+                    self.publish(&mut st);
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "event sink: cannot open the outbox"),
+            Err(e) => tracing::warn!(error = %e, "event sink: cannot open the outbox"),
+        }
+    }
+
+    /// The sink was turned off: clear the outbox, counting what it held.
+    async fn purge_outbox(&self, store: Store) {
+        match tokio::task::spawn_blocking(move || store.clear_outbox()).await {
+            Ok(Ok(n)) => {
+                self.metrics.outbox_depth.sub(n as i64);
+                let mut st = lock(&self.state);
+                st.core.count_discarded_outbox(n);
+                self.publish(&mut st);
+                if n > 0 {
+                    tracing::info!(
+                        cleared = n,
+                        "event sink disabled: cleared the undelivered change events"
+                    );
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "event sink: cannot clear the outbox"),
+            Err(e) => tracing::warn!(error = %e, "event sink: cannot clear the outbox"),
         }
     }
 }
@@ -530,20 +731,34 @@ impl Drop for AliveGuard {
 enum Step {
     Wait(Option<Timestamp>),
     Send(Arc<Target>, Batch, Duration),
+    Read(Store, OutboxRead),
+    Purge(Store),
 }
 
 /// The driver: sleep until the core has a batch ready (or a wake-up), POST
 /// it, report the outcome; until shutdown.
 async fn drive(inner: Arc<Inner>) {
+    inner.open_outbox().await;
+    let store = inner.outbox.get().cloned();
     loop {
         let step = {
             let mut st = lock(&inner.state);
             if st.stopped {
                 return;
             }
-            match st.target.clone() {
-                None => Step::Wait(None),
-                Some(target) => match st.core.next(Timestamp::now()) {
+            let purge = std::mem::take(&mut st.purge) && st.target.is_none();
+            let read = match (&store, &st.target) {
+                (Some(s), Some(_)) => st.core.outbox_wanted().map(|r| (s.clone(), r)),
+                _ => None,
+            };
+            match (st.target.clone(), &store) {
+                (None, Some(s)) if purge => Step::Purge(s.clone()),
+                (None, _) => Step::Wait(None),
+                (Some(_), _) if read.is_some() => {
+                    let (s, r) = read.expect("checked");
+                    Step::Read(s, r)
+                }
+                (Some(target), _) => match st.core.next(Timestamp::now()) {
                     Next::Idle => Step::Wait(None),
                     Next::WaitUntil(at) => Step::Wait(Some(at)),
                     Next::Send(batch) => Step::Send(target, batch, st.request_timeout),
@@ -564,8 +779,21 @@ async fn drive(inner: Arc<Inner>) {
                     Ok(()) => Outcome::Ok,
                     Err(e) => e.outcome(),
                 };
+                let ok = outcome == Outcome::Ok;
                 inner.settle(&batch, outcome);
+                if ok {
+                    inner.delivered(&batch).await;
+                }
             }
+            Step::Read(store, read) => {
+                if !inner.read_outbox(store, read).await {
+                    tokio::select! {
+                        _ = inner.wake.notified() => {}
+                        _ = tokio::time::sleep(MAX_SLEEP) => {}
+                    }
+                }
+            }
+            Step::Purge(store) => inner.purge_outbox(store).await,
         }
     }
 }

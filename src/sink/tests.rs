@@ -583,11 +583,13 @@ fn metrics_exist_from_the_start_with_help() {
         "pollster_sink_batches_total",
         "pollster_sink_queue_depth",
         "pollster_sink_retry_wait_seconds",
+        "pollster_sink_outbox_depth",
     ] {
         assert!(text.contains(&format!("# HELP {name} ")), "{name}: {text}");
     }
     assert!(text.contains("pollster_sink_queue_depth 0"));
     assert!(text.contains("pollster_sink_retry_wait_seconds 0"));
+    assert!(text.contains("pollster_sink_outbox_depth 0"));
     assert!(SinkMetrics::register(&registry).is_err(), "registered once");
 }
 
@@ -597,4 +599,154 @@ fn emit_on_a_disabled_sink_is_a_no_op() {
     sink.emit(&ev(0));
     let st = sink.status();
     assert_eq!((st.enabled, st.queue_depth), (false, 0));
+}
+
+// ---------------------------------------------------------------- outbox
+
+/// A store in a temporary directory, with `n` change events (numbers
+/// `from..from+n`) committed to its outbox; their ids.
+fn outbox_store(dir: &tempfile::TempDir) -> Store {
+    Store::open(dir.path()).expect("open")
+}
+
+fn commit_changes(store: &Store, range: std::ops::Range<u64>) -> Vec<String> {
+    let rows: Vec<OutboxEvent> = range.map(|n| ev(n).to_outbox(&mut rand::rng())).collect();
+    store.append_outbox(&rows).expect("append");
+    rows.into_iter().map(|r| r.id).collect()
+}
+
+fn ids(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            v["id"].as_str().expect("an id").to_string()
+        })
+        .collect()
+}
+
+fn started_with_outbox(config: Option<SinkConfig>, store: &Store) -> (Sink, SinkMetrics) {
+    let metrics = SinkMetrics::unregistered();
+    let sink = Sink::new(config, metrics.clone());
+    sink.attach_outbox(store.clone());
+    sink.start();
+    (sink, metrics)
+}
+
+#[tokio::test]
+async fn outbox_rows_are_deleted_only_after_a_2xx_and_resent_with_the_same_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = outbox_store(&dir);
+    let rx = Receiver::start().await;
+    rx.set_mode(Mode::Fail500);
+    // Buffering 500 ms: the retry after one failure waits that long, time
+    // enough to see the failure and bring the receiver up.
+    let (sink, metrics) = started_with_outbox(Some(config(&rx, 10, 500)), &store);
+    let committed = commit_changes(&store, 0..3);
+    eventually("a failed attempt", || !rx.requests().is_empty()).await;
+    assert_eq!(store.outbox_len().expect("len"), 3, "nothing deleted without a 2xx");
+    assert_eq!(metrics.outbox_depth.get(), 3);
+    rx.set_mode(Mode::Ok);
+    eventually("the delivery", || rx.delivered().len() == 1).await;
+    eventually("the rows to go", || store.outbox_len().expect("len") == 0).await;
+    let reqs = rx.requests();
+    for r in &reqs {
+        assert_eq!(ids(&r.lines), committed, "every attempt carries the same ids");
+    }
+    assert_eq!(rx.delivered_numbers(), upto(3));
+    eventually("the gauge", || metrics.outbox_depth.get() == 0).await;
+    assert_eq!(sink.status().counters.sent, 3);
+    sink.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_rejected_batch_drops_its_poll_events_but_keeps_its_change_events() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = outbox_store(&dir);
+    let rx = Receiver::start().await;
+    rx.script(&[Mode::Fail400]);
+    let (sink, metrics) = started_with_outbox(Some(config(&rx, 10, 50)), &store);
+    let poll = Event::poll(
+        Timestamp::now(),
+        event::PollEvent::success("a", "t", "g", Duration::ZERO, 200, false),
+    );
+    sink.emit(&poll);
+    let committed = commit_changes(&store, 0..2);
+    eventually("the redelivery", || rx.delivered().len() == 1).await;
+    let reqs = rx.requests();
+    assert_eq!(reqs[0].status, 400);
+    assert_eq!(reqs[0].lines.len(), 3, "change events first, then the poll event");
+    assert_eq!(ids(&reqs[0].lines[..2]), committed);
+    assert_eq!(ids(&reqs[1].lines), committed, "only the change events again, same ids");
+    eventually("the rows to go", || store.outbox_len().expect("len") == 0).await;
+    let c = sink.status().counters;
+    assert_eq!((c.rejected, c.sent), (1, 2));
+    assert_eq!(metrics.events("rejected"), 1);
+    sink.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn change_events_left_at_shutdown_go_out_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = outbox_store(&dir);
+    let rx = Receiver::start().await;
+    rx.set_mode(Mode::Fail500);
+    let (sink, _) = started_with_outbox(Some(config(&rx, 10, 20)), &store);
+    let committed = commit_changes(&store, 0..4);
+    eventually("an attempt", || !rx.requests().is_empty()).await;
+    sink.shutdown(Duration::from_millis(500)).await;
+    assert_eq!(store.outbox_len().expect("len"), 4, "the rows outlive the sink");
+    drop(sink);
+
+    rx.set_mode(Mode::Ok);
+    let (sink, metrics) = started_with_outbox(Some(config(&rx, 10, 20)), &store);
+    eventually("the delivery after the restart", || rx.delivered().len() == 1).await;
+    assert_eq!(ids(&rx.delivered()[0].lines), committed);
+    eventually("the rows to go", || store.outbox_len().expect("len") == 0).await;
+    eventually("the gauge", || metrics.outbox_depth.get() == 0).await;
+    sink.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn the_outbox_is_read_in_pages_no_larger_than_the_queue_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = outbox_store(&dir);
+    let committed = commit_changes(&store, 0..7);
+    let rx = Receiver::start().await;
+    let mut c = config(&rx, 10, 20);
+    c.queue_limit = 3;
+    let (sink, _) = started_with_outbox(Some(c), &store);
+    eventually("every change event", || rx.delivered_numbers().len() == 7).await;
+    assert_eq!(rx.delivered_numbers(), upto(7), "in commit order");
+    assert!(
+        rx.delivered().iter().all(|r| r.lines.len() <= 3),
+        "at most a page per batch"
+    );
+    let got: Vec<String> = rx.delivered().iter().flat_map(|r| ids(&r.lines)).collect();
+    assert_eq!(got, committed);
+    eventually("the rows to go", || store.outbox_len().expect("len") == 0).await;
+    sink.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn with_the_sink_off_nothing_is_staged_and_the_outbox_is_cleared() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = outbox_store(&dir);
+    commit_changes(&store, 0..2);
+    let (sink, metrics) = started_with_outbox(None, &store);
+    assert!(sink.stage(&ev(9)).is_none());
+    eventually("the outbox cleared", || store.outbox_len().expect("len") == 0).await;
+    eventually("the count", || metrics.events("dropped_queue") == 2).await;
+
+    // Turned on, then off again: what it held is cleared and counted.
+    let rx = Receiver::start().await;
+    rx.set_mode(Mode::Fail500);
+    sink.reconfigure(Some(config(&rx, 10, 20)));
+    let row = sink.stage(&ev(5)).expect("staged while on");
+    store.append_outbox(&[row]).expect("append");
+    eventually("an attempt", || !rx.requests().is_empty()).await;
+    sink.reconfigure(None);
+    eventually("the outbox cleared again", || store.outbox_len().expect("len") == 0).await;
+    eventually("the count", || metrics.events("dropped_queue") == 3).await;
+    sink.shutdown(Duration::from_secs(1)).await;
 }

@@ -1,6 +1,7 @@
 //! Durable state: the single redb file `pollster.redb` in the data directory
 //! (SPEC §4) behind typed, synchronous methods — task state, UI-managed
-//! instances, saved settings, API tokens, schema version and backup.
+//! instances, saved settings, API tokens, the event outbox, schema version
+//! and backup.
 //!
 //! # Concurrency
 //!
@@ -30,6 +31,7 @@
 mod backup;
 mod codec;
 mod history;
+mod outbox;
 mod records;
 mod schema;
 mod sessions;
@@ -52,13 +54,14 @@ pub mod fuzzing {
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use redb::{
     Builder, Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, StorageError, WriteTransaction,
 };
 
 pub use history::Rollup;
+pub use outbox::{OutboxEvent, OutboxListener, OutboxRow};
 pub use records::LoadedTasks;
 pub use schema::SCHEMA_VERSION;
 pub use sessions::{SessionRow, SessionWrite, session_key};
@@ -205,6 +208,8 @@ fn create_database(path: &Path) -> Result<Database, StoreError> {
 pub struct Store {
     db: Arc<Database>,
     path: Arc<Path>,
+    /// Told of commits that added outbox rows (see `outbox`).
+    outbox_listener: Arc<RwLock<Option<OutboxListener>>>,
 }
 
 impl Store {
@@ -239,6 +244,7 @@ impl Store {
         Ok(Store {
             db: Arc::new(db),
             path: Arc::from(path),
+            outbox_listener: Arc::default(),
         })
     }
 

@@ -1,8 +1,11 @@
 //! Task state, UI-managed instances and saved settings. Each method is one
-//! redb transaction; writes are durable when they return.
+//! redb transaction; writes are durable when they return. The
+//! `*_with_events` variants also append change events to the outbox in the
+//! same transaction: both are committed, or neither.
 
 use redb::ReadableTable;
 
+use super::outbox::{self, OutboxEvent};
 use super::tables::{self, INSTANCES, SETTINGS, TASKS};
 use super::{Ctx, Store, StoreError, codec};
 use crate::model::{InstanceConfig, TaskKey, TaskRecord};
@@ -35,6 +38,16 @@ impl Store {
     /// writes the record, `None` deletes it (deleting a missing task is not
     /// an error). On any error nothing is written.
     pub fn write_tasks(&self, batch: &[(TaskKey, Option<TaskRecord>)]) -> Result<(), StoreError> {
+        self.write_tasks_with_events(batch, &[])
+    }
+
+    /// [`Store::write_tasks`] and `events` appended to the outbox, in one
+    /// transaction.
+    pub fn write_tasks_with_events(
+        &self,
+        batch: &[(TaskKey, Option<TaskRecord>)],
+        events: &[OutboxEvent],
+    ) -> Result<(), StoreError> {
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(TASKS.def).ctx("opening table tasks")?;
@@ -51,7 +64,8 @@ impl Store {
                 }
             }
         }
-        txn.commit().ctx("committing tasks")
+        outbox::append(&txn, events)?;
+        self.commit_with_outbox(txn, events.len(), "committing tasks")
     }
 
     /// Instances added from the UI or API, by name. A record that cannot be
@@ -77,6 +91,11 @@ impl Store {
 
     /// Creates or replaces the instance named `inst.name`.
     pub fn put_instance(&self, inst: &InstanceConfig) -> Result<(), StoreError> {
+        self.put_instance_with_events(inst, &[])
+    }
+
+    /// [`Store::put_instance`] and `events`, in one transaction.
+    pub fn put_instance_with_events(&self, inst: &InstanceConfig, events: &[OutboxEvent]) -> Result<(), StoreError> {
         tables::check_instance_name(&inst.name)?;
         let v = codec::encode("instance", inst)?;
         let txn = self.write_txn()?;
@@ -86,12 +105,18 @@ impl Store {
                 .insert(inst.name.as_bytes(), v.as_slice())
                 .ctx("writing an instance")?;
         }
-        txn.commit().ctx("committing an instance")
+        outbox::append(&txn, events)?;
+        self.commit_with_outbox(txn, events.len(), "committing an instance")
     }
 
     /// Removes the instance and all its task rows in one transaction.
     /// Returns whether an instance record existed.
     pub fn delete_instance(&self, name: &str) -> Result<bool, StoreError> {
+        self.delete_instance_with_events(name, &[])
+    }
+
+    /// [`Store::delete_instance`] and `events`, in one transaction.
+    pub fn delete_instance_with_events(&self, name: &str, events: &[OutboxEvent]) -> Result<bool, StoreError> {
         let (lo, hi) = tables::instance_task_range(name)?;
         let txn = self.write_txn()?;
         let existed = {
@@ -103,7 +128,8 @@ impl Store {
                 .ctx("deleting the instance's tasks")?;
             existed
         };
-        txn.commit().ctx("committing an instance delete")?;
+        outbox::append(&txn, events)?;
+        self.commit_with_outbox(txn, events.len(), "committing an instance delete")?;
         Ok(existed)
     }
 
@@ -119,13 +145,24 @@ impl Store {
 
     /// Replaces the saved settings document `name`, durably.
     pub fn put_settings(&self, name: &str, doc: &serde_json::Value) -> Result<(), StoreError> {
+        self.put_settings_with_events(name, doc, &[])
+    }
+
+    /// [`Store::put_settings`] and `events`, in one transaction.
+    pub fn put_settings_with_events(
+        &self,
+        name: &str,
+        doc: &serde_json::Value,
+        events: &[OutboxEvent],
+    ) -> Result<(), StoreError> {
         let v = codec::encode("settings", doc)?;
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
             table.insert(name.as_bytes(), v.as_slice()).ctx("writing settings")?;
         }
-        txn.commit().ctx("committing settings")
+        outbox::append(&txn, events)?;
+        self.commit_with_outbox(txn, events.len(), "committing settings")
     }
 }
 

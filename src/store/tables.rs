@@ -17,6 +17,7 @@
 //! | `users`     | (reserved, empty in schema 1)     |                            |
 //! | `sessions`  | (reserved, empty in schema 1)     |                            |
 //! | `history`   | (reserved, empty in schema 1)     |                            |
+//! | `outbox`    | sequence, `u64` big-endian        | `OutboxEvent` (change events to deliver) |
 //!
 //! The `meta` table's name, types and `schema_version` entry are a contract
 //! with every past and future release: that is how a release recognises a
@@ -52,9 +53,12 @@ pub(crate) const TOKENS: Table = table("tokens");
 pub(crate) const USERS: Table = table("users");
 pub(crate) const SESSIONS: Table = table("sessions");
 pub(crate) const HISTORY: Table = table("history");
+pub(crate) const OUTBOX: Table = table("outbox");
 
 /// Every table: created at open, copied by backup. A new table goes here.
-pub(crate) const ALL: [Table; 8] = [META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY];
+pub(crate) const ALL: [Table; 9] = [
+    META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY, OUTBOX,
+];
 
 /// `meta` key holding the schema version.
 pub(crate) const SCHEMA_VERSION_KEY: &[u8] = b"schema_version";

@@ -11,6 +11,7 @@ use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::outbox::{self, OutboxEvent};
 use super::tables::TOKENS;
 use super::{Ctx, Store, StoreError, codec};
 use crate::model::Timestamp;
@@ -112,6 +113,18 @@ impl Store {
         self.create_token_from(name, scope, now, os_secret)
     }
 
+    /// [`Store::create_token`], and the events `events` makes from the new
+    /// token's info appended to the outbox in the same transaction.
+    pub fn create_token_with_events(
+        &self,
+        name: &str,
+        scope: TokenScope,
+        now: Timestamp,
+        events: impl FnOnce(&TokenInfo) -> Vec<OutboxEvent>,
+    ) -> Result<(String, TokenInfo), StoreError> {
+        self.create_token_from_with_events(name, scope, now, os_secret, events)
+    }
+
     /// [`Store::create_token`] with the secret source passed in (tests
     /// force id clashes with it).
     fn create_token_from(
@@ -119,7 +132,18 @@ impl Store {
         name: &str,
         scope: TokenScope,
         now: Timestamp,
+        next_secret: impl FnMut() -> Result<[u8; SECRET_BYTES], StoreError>,
+    ) -> Result<(String, TokenInfo), StoreError> {
+        self.create_token_from_with_events(name, scope, now, next_secret, |_| Vec::new())
+    }
+
+    fn create_token_from_with_events(
+        &self,
+        name: &str,
+        scope: TokenScope,
+        now: Timestamp,
         mut next_secret: impl FnMut() -> Result<[u8; SECRET_BYTES], StoreError>,
+        events: impl FnOnce(&TokenInfo) -> Vec<OutboxEvent>,
     ) -> Result<(String, TokenInfo), StoreError> {
         let txn = self.write_txn()?;
         let created = {
@@ -149,7 +173,9 @@ impl Store {
                 reason: format!("no unused token id after {CREATE_ATTEMPTS} attempts"),
             });
         };
-        txn.commit().ctx("committing a token")?;
+        let events = events(&created.1);
+        outbox::append(&txn, &events)?;
+        self.commit_with_outbox(txn, events.len(), "committing a token")?;
         Ok(created)
     }
 
@@ -184,6 +210,12 @@ impl Store {
 
     /// Revokes the token with public id `id`; `false` if there is none.
     pub fn revoke_token(&self, id: &str) -> Result<bool, StoreError> {
+        self.revoke_token_with_events(id, &[])
+    }
+
+    /// [`Store::revoke_token`], and `events` appended to the outbox in the
+    /// same transaction when a token was revoked (not otherwise).
+    pub fn revoke_token_with_events(&self, id: &str, events: &[OutboxEvent]) -> Result<bool, StoreError> {
         let prefix = match hex::decode(id) {
             Ok(p) if p.len() == ID_BYTES && id.bytes().all(|b| !b.is_ascii_uppercase()) => p,
             _ => return Ok(false),
@@ -197,7 +229,9 @@ impl Store {
             }
             !keys.is_empty()
         };
-        txn.commit().ctx("committing a token revocation")?;
+        let events = if removed { events } else { &[] };
+        outbox::append(&txn, events)?;
+        self.commit_with_outbox(txn, events.len(), "committing a token revocation")?;
         Ok(removed)
     }
 }

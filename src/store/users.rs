@@ -4,6 +4,7 @@
 use redb::ReadableTableMetadata;
 use serde::{Deserialize, Serialize};
 
+use super::outbox::{self, OutboxEvent};
 use super::tables::USERS;
 use super::{Ctx, Store, StoreError, codec};
 use crate::model::Timestamp;
@@ -28,13 +29,20 @@ impl Store {
     }
 
     pub fn put_user(&self, user: &UserRecord) -> Result<(), StoreError> {
+        self.put_user_with_events(user, &[])
+    }
+
+    /// [`Store::put_user`] and `events` appended to the outbox, in one
+    /// transaction.
+    pub fn put_user_with_events(&self, user: &UserRecord, events: &[OutboxEvent]) -> Result<(), StoreError> {
         let v = codec::encode("user", user)?;
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(USERS.def).ctx("opening table users")?;
             table.insert(user.name.as_bytes(), v.as_slice()).ctx("writing a user")?;
         }
-        txn.commit().ctx("committing a user")
+        outbox::append(&txn, events)?;
+        self.commit_with_outbox(txn, events.len(), "committing a user")
     }
 
     pub fn user_count(&self) -> Result<u64, StoreError> {

@@ -8,6 +8,7 @@ use crate::config::SinkConfig;
 use crate::engine::settings::SettingsError;
 use crate::model::{BudgetConfig, ErrorCategory, ErrorKind, FieldError, InstanceConfig, Timestamp};
 use crate::sink::event::{Event, SettingsSection};
+use crate::store::OutboxEvent;
 use serde::Serialize;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -17,10 +18,10 @@ pub const SETTINGS_KEY: &str = "monitoring";
 /// for "off" (the file's sink no longer applies).
 pub const SINK_KEY: &str = "sink";
 
-fn operator_event(app: &AppState, actor: &str, action: &str, target: &str) {
-    app.shared
-        .sink
-        .emit(&Event::operator(Timestamp::now(), actor, action, target));
+/// An operator event as an outbox row, to commit with the change.
+fn operator_event(app: &AppState, actor: &str, action: &str, target: &str) -> Vec<OutboxEvent> {
+    let event = Event::operator(Timestamp::now(), actor, action, target);
+    app.shared.sink.stage(&event).into_iter().collect()
 }
 
 fn validate(app: &AppState, i: &InstanceConfig) -> Result<(), ApiError> {
@@ -35,7 +36,7 @@ fn over_budget(message: String) -> ApiError {
     ApiError::conflict("over_budget", message)
 }
 
-async fn persist(app: &AppState, i: InstanceConfig) -> Result<(), ApiError> {
+async fn persist(app: &AppState, i: InstanceConfig, events: Vec<OutboxEvent>) -> Result<(), ApiError> {
     let mut next = (*app.shared.catalog()).clone();
     next.insert(i.clone(), false);
     app.shared
@@ -43,7 +44,7 @@ async fn persist(app: &AppState, i: InstanceConfig) -> Result<(), ApiError> {
         .map_err(over_budget)?;
     let store = app.shared.store.clone();
     let saved = i.clone();
-    tokio::task::spawn_blocking(move || store.put_instance(&saved))
+    tokio::task::spawn_blocking(move || store.put_instance_with_events(&saved, &events))
         .await
         .map_err(ApiError::internal)??;
     app.shared.set_catalog(next);
@@ -79,9 +80,8 @@ pub async fn create_instance(app: &AppState, i: InstanceConfig, actor: &str) -> 
         });
     }
     let name = i.name.clone();
-    persist(app, i).await?;
+    persist(app, i, operator_event(app, actor, "instance.create", &name)).await?;
     tracing::info!(instance = %name, actor, "instance added");
-    operator_event(app, actor, "instance.create", &name);
     Ok(())
 }
 
@@ -120,9 +120,8 @@ pub async fn update_instance(
     }
     validate(app, &i)?;
     drop(cat);
-    persist(app, i.clone()).await?;
+    persist(app, i.clone(), operator_event(app, actor, "instance.update", name)).await?;
     tracing::info!(instance = %name, actor, "instance updated");
-    operator_event(app, actor, "instance.update", name);
     Ok(i)
 }
 
@@ -132,7 +131,8 @@ pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<
     editable(&cat, name, "remove")?;
     let store = app.shared.store.clone();
     let n = name.to_string();
-    tokio::task::spawn_blocking(move || store.delete_instance(&n))
+    let events = operator_event(app, actor, "instance.delete", name);
+    tokio::task::spawn_blocking(move || store.delete_instance_with_events(&n, &events))
         .await
         .map_err(ApiError::internal)??;
     let mut next = (*cat).clone();
@@ -140,7 +140,6 @@ pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<
     drop(cat);
     app.shared.set_catalog(next);
     tracing::info!(instance = %name, actor, "instance deleted");
-    operator_event(app, actor, "instance.delete", name);
     Ok(())
 }
 
@@ -261,19 +260,15 @@ pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Res
         .map_err(|m| vec![over_budget(m)])?;
     let store = app.shared.store.clone();
     let doc = saved.clone();
-    tokio::task::spawn_blocking(move || store.put_settings(SETTINGS_KEY, &doc))
+    let event = Event::settings(Timestamp::now(), actor, SettingsSection::Monitoring, patch.clone());
+    let events: Vec<OutboxEvent> = app.shared.sink.stage(&event).into_iter().collect();
+    tokio::task::spawn_blocking(move || store.put_settings_with_events(SETTINGS_KEY, &doc, &events))
         .await
         .map_err(|e| vec![ApiError::internal(e)])?
         .map_err(|e| vec![ApiError::from(e)])?;
     crate::engine::lock(&app.shared.settings).saved = saved;
     app.shared.apply_settings(effective);
     tracing::info!(actor, change = %patch, "monitoring settings changed");
-    app.shared.sink.emit(&Event::settings(
-        Timestamp::now(),
-        actor,
-        SettingsSection::Monitoring,
-        patch,
-    ));
     Ok(())
 }
 
@@ -320,6 +315,9 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
         .map_err(over_budget)?;
     let store = app.shared.store.clone();
     let saved = budget.clone();
+    let change = serde_json::to_value(&budget).unwrap_or(Value::Null);
+    let event = Event::settings(Timestamp::now(), actor, SettingsSection::Budget, change);
+    let events: Vec<OutboxEvent> = app.shared.sink.stage(&event).into_iter().collect();
     tokio::task::spawn_blocking(move || -> Result<(), crate::store::StoreError> {
         let mut all = store
             .get_settings(BUDGETS_KEY)?
@@ -328,18 +326,12 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
             all = serde_json::json!({});
         }
         all[saved.name.as_str()] = serde_json::to_value(&saved).unwrap_or(Value::Null);
-        store.put_settings(BUDGETS_KEY, &all)
+        store.put_settings_with_events(BUDGETS_KEY, &all, &events)
     })
     .await
     .map_err(ApiError::internal)??;
     app.shared.set_catalog(next);
     tracing::info!(pool = %name, actor, budget_rps = budget.budget_rps(), burst = budget.burst, "budget pool changed");
-    app.shared.sink.emit(&Event::settings(
-        Timestamp::now(),
-        actor,
-        SettingsSection::Budget,
-        serde_json::to_value(&budget).unwrap_or(Value::Null),
-    ));
     Ok(budget)
 }
 
@@ -483,15 +475,16 @@ pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Opti
     };
     let store = app.shared.store.clone();
     let saved = serde_json::to_value(&next).map_err(ApiError::internal)?;
-    tokio::task::spawn_blocking(move || store.put_settings(SINK_KEY, &saved))
+    // Staged by the new settings, not the old: a sink turned on records it;
+    // one turned off has no receiver to tell.
+    let shown = next.as_ref().map(sink_json).unwrap_or(Value::Null);
+    let event = Event::settings(Timestamp::now(), actor, SettingsSection::Sink, shown);
+    let events: Vec<OutboxEvent> = next.iter().map(|_| event.to_outbox(&mut rand::rng())).collect();
+    tokio::task::spawn_blocking(move || store.put_settings_with_events(SINK_KEY, &saved, &events))
         .await
         .map_err(ApiError::internal)??;
     *crate::engine::lock(&app.shared.sink_config) = next.clone();
     app.shared.sink.reconfigure(next.clone());
-    let shown = next.as_ref().map(sink_json).unwrap_or(Value::Null);
     tracing::info!(actor, enabled = next.is_some(), "event sink settings changed");
-    app.shared
-        .sink
-        .emit(&Event::settings(Timestamp::now(), actor, SettingsSection::Sink, shown));
     Ok(next)
 }

@@ -420,6 +420,9 @@ pub async fn change_password(
     };
     let store = app.shared.store.clone();
     let u = user.clone();
+    let event =
+        crate::sink::event::Event::operator(Timestamp::now(), &format!("user:{user}"), "password.change", &user);
+    let events: Vec<_> = app.shared.sink.stage(&event).into_iter().collect();
     let keep = session.id().map(|id| crate::store::session_key(&id.to_string()));
     let result = check
         .run(move || -> Result<usize, ChangeRefused> {
@@ -430,7 +433,7 @@ pub async fn change_password(
             if f.password != f.confirm {
                 return Err(ChangeRefused::Other("The two new passwords differ.".into()));
             }
-            accounts::set_admin_password(&store, &f.password, Timestamp::now())
+            accounts::set_admin_password_with_events(&store, &f.password, Timestamp::now(), &events)
                 .map_err(|e| ChangeRefused::Other(e.to_string()))?;
             store
                 .delete_user_sessions(&u, keep.as_deref())
@@ -448,13 +451,6 @@ pub async fn change_password(
             // A new id for this session: one seen before the change is void.
             let _ = session.cycle_id().await;
             tracing::info!(user = %user, other_sessions_ended = ended, "password changed");
-            let actor = format!("user:{user}");
-            app.shared.sink.emit(&crate::sink::event::Event::operator(
-                Timestamp::now(),
-                &actor,
-                "password.change",
-                &user,
-            ));
             session::set_flash(&session, "Password changed.").await;
             Redirect::to("/settings/security").into_response()
         }
@@ -505,15 +501,16 @@ pub async fn create_token(
     };
     let store = app.shared.store.clone();
     let n = name.clone();
-    match tokio::task::spawn_blocking(move || store.create_token(&n, scope, Timestamp::now())).await {
+    let (sink, actor) = (app.shared.sink.clone(), who.actor());
+    let event = move |info: &crate::store::TokenInfo| {
+        let target = format!("{}({})", info.name, info.id);
+        let e = crate::sink::event::Event::operator(Timestamp::now(), &actor, "token.create", &target);
+        sink.stage(&e).into_iter().collect()
+    };
+    match tokio::task::spawn_blocking(move || store.create_token_with_events(&n, scope, Timestamp::now(), event)).await
+    {
         Ok(Ok((plain, info))) => {
             tracing::info!(token = %info.id, name = %name, scope = info.scope.as_str(), actor = %who.actor(), "API token created");
-            app.shared.sink.emit(&crate::sink::event::Event::operator(
-                Timestamp::now(),
-                &who.actor(),
-                "token.create",
-                &format!("{name}({})", info.id),
-            ));
             security(&app, &session, None, Some(plain), None).await.into_response()
         }
         Ok(Err(e)) => crate::web::error::ApiError::internal(e).into_response(),
@@ -529,19 +526,15 @@ pub async fn revoke_token(
 ) -> Redirect {
     let store = app.shared.store.clone();
     let i = id.clone();
-    let revoked = tokio::task::spawn_blocking(move || store.revoke_token(&i))
+    let event = crate::sink::event::Event::operator(Timestamp::now(), &who.actor(), "token.revoke", &id);
+    let events: Vec<_> = app.shared.sink.stage(&event).into_iter().collect();
+    let revoked = tokio::task::spawn_blocking(move || store.revoke_token_with_events(&i, &events))
         .await
         .ok()
         .and_then(|r| r.ok())
         .unwrap_or(false);
     if revoked {
         tracing::info!(token = %id, actor = %who.actor(), "API token revoked");
-        app.shared.sink.emit(&crate::sink::event::Event::operator(
-            Timestamp::now(),
-            &who.actor(),
-            "token.revoke",
-            &id,
-        ));
         session::set_flash(&session, format!("Token {id} revoked.")).await;
     } else {
         session::set_flash(&session, format!("No token {id}.")).await;
