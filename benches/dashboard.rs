@@ -37,7 +37,8 @@ fn app(dir: &std::path::Path) -> AppState {
     };
     let shared = Shared::new(
         store,
-        pollster::poll::Poller::new().expect("poller"),
+        std::sync::Arc::new(pollster::poll::Poller::new().expect("poller")),
+        &pollster::engine::ports::Ports::default(),
         catalog,
         layers,
         cfg.monitoring(),

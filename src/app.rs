@@ -5,6 +5,7 @@
 
 use crate::config::Config;
 use crate::engine::catalog::Catalog;
+use crate::engine::ports::Ports;
 use crate::engine::settings::SettingsLayers;
 use crate::engine::{Engine, SHUTDOWN_GRACE, Shared};
 use crate::model::Timestamp;
@@ -92,6 +93,18 @@ impl Application {
         config: Config,
         api: TcpListener,
         metrics: TcpListener,
+    ) -> Result<Application, AppError> {
+        Self::build_with_ports(config, api, metrics, Ports::default()).await
+    }
+
+    /// [`Application::build_with_listeners`] with the engine's ports given:
+    /// tests run the whole appliance on paused time with a scripted
+    /// [`crate::engine::ports::Fetch`].
+    pub async fn build_with_ports(
+        config: Config,
+        api: TcpListener,
+        metrics: TcpListener,
+        ports: Ports,
     ) -> Result<Application, AppError> {
         let api_addr = api.local_addr().map_err(|source| AppError::Bind {
             addr: config.server.listen,
@@ -230,8 +243,11 @@ impl Application {
                 }
             },
         };
-        let poller = Poller::new()?;
-        let shared = Shared::new(store, poller, catalog, layers, settings, sink)?;
+        let fetch: Arc<dyn crate::engine::ports::Fetch> = match &ports.fetch {
+            Some(f) => f.clone(),
+            None => Arc::new(Poller::new()?),
+        };
+        let shared = Shared::new(store, fetch, &ports, catalog, layers, settings, sink)?;
         let engine = Engine::start(shared).await?;
         Ok(Application {
             engine,

@@ -230,9 +230,16 @@ async fn sink_settings_keep_secrets_apply_at_once_and_survive_a_restart() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["field"], "batch_size");
 
-    // Moving to another receiver, echoing the hidden header back, keeps it.
+    // Moving to another receiver, echoing the hidden header back: the
+    // stored value is not sent to a new host, so it must be given again.
     let mut change = doc["sink"].clone();
     change["url"] = json!(url2);
+    let (status, body) = app
+        .send(reqwest::Method::PUT, "/api/settings/sink", Some(change.clone()))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["field"], "headers.Authorization");
+    change["headers"]["Authorization"] = json!("Bearer s3cret-token");
     let (status, body) = app.send(reqwest::Method::PUT, "/api/settings/sink", Some(change)).await;
     assert_eq!(status, 200, "{body}");
     let (status, body) = app.send(reqwest::Method::POST, "/api/settings/sink/test", None).await;

@@ -21,6 +21,7 @@
 pub mod budget;
 pub mod catalog;
 pub mod plan;
+pub mod ports;
 pub mod settings;
 
 #[cfg(test)]
@@ -34,18 +35,20 @@ use crate::metrics::Metrics;
 use crate::model::{
     BreakerState, ErrorCategory, ErrorKind, MonitoringSettings, PollError, PollResult, TaskKey, TaskRecord, Timestamp,
 };
-use crate::poll::Poller;
 use crate::sink::event::{BreakerEvent, DeadLetterAction, DeadLetterEvent, Event, PollEvent};
 use crate::sink::{Sink, SinkMetrics};
 use crate::store::{OutboxEvent, Store};
 use budget::BudgetState;
 use catalog::Catalog;
+use ports::{Clock, Fetch, Ports};
+use rand::rngs::StdRng;
 use settings::SettingsLayers;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
 
 /// How long shutdown waits for polls in flight before abandoning them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -73,7 +76,12 @@ pub struct Shared {
     /// The sink's settings in force (environment applied).
     pub sink_config: Mutex<Option<SinkConfig>>,
     pub store: Store,
-    pub poller: Poller,
+    /// How polls are made (the HTTP poller in production).
+    pub fetch: Arc<dyn Fetch>,
+    /// Where the engine reads the time; see [`ports`].
+    clock: Arc<dyn Clock>,
+    /// Every random draw of the engine. Lock order: `scheduler` before `rng`.
+    rng: Mutex<StdRng>,
     pub metrics: Metrics,
     catalog: Arc<RwLock<Arc<Catalog>>>,
     pub settings: Mutex<SettingsLayers>,
@@ -115,7 +123,8 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     pub fn new(
         store: Store,
-        poller: Poller,
+        fetch: Arc<dyn Fetch>,
+        ports: &Ports,
         catalog: Catalog,
         layers: SettingsLayers,
         settings: MonitoringSettings,
@@ -133,7 +142,9 @@ impl Shared {
             sink,
             sink_config,
             store,
-            poller,
+            fetch,
+            clock: ports.clock.clone(),
+            rng: Mutex::new(ports.rng()),
             metrics,
             catalog,
             settings: Mutex::new(layers),
@@ -155,6 +166,11 @@ impl Shared {
 
     pub fn sched(&self) -> MutexGuard<'_, Scheduler> {
         lock(&self.scheduler)
+    }
+
+    /// The engine's time (its [`Clock`]).
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
     }
 
     pub fn catalog(&self) -> Arc<Catalog> {
@@ -294,7 +310,7 @@ impl Shared {
         op: OperatorOp,
     ) -> Result<TaskRecord, EngineError> {
         let _w = self.write_lock.lock().await;
-        let now = Timestamp::now();
+        let now = self.now();
         let (rec, type_name) = {
             let mut s = self.sched();
             let rec = s.plan_op(key, op, now)?;
@@ -353,6 +369,11 @@ impl Shared {
         self.poke();
     }
 
+    /// A pool's budget in force now (AIMD applied), requests per second.
+    pub fn pool_effective_rps(&self, pool: &str) -> f64 {
+        lock(&self.budgets).effective_rps(pool)
+    }
+
     /// The over-budget gate (§2) for a proposed catalog and settings,
     /// with the shapes learned so far.
     pub fn check_gate(&self, cat: &Catalog, settings: &MonitoringSettings) -> Result<(), String> {
@@ -367,7 +388,7 @@ impl Shared {
         if changed {
             tracing::info!(task = %key, "shape changed; re-planning");
             let mut none = HashMap::new();
-            self.reconcile(Timestamp::now(), &mut none, false);
+            self.reconcile(self.now(), &mut none, false);
         }
     }
 
@@ -407,14 +428,18 @@ impl Shared {
         lock(&self.budgets).retain_shapes(&catalog);
         *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
         let mut none = HashMap::new();
-        self.reconcile(Timestamp::now(), &mut none, false);
+        self.reconcile(self.now(), &mut none, false);
     }
 
     /// Apply new monitoring settings at once: queued tasks are re-timed and
     /// pins take effect.
     pub fn apply_settings(&self, settings: MonitoringSettings) {
-        let now = Timestamp::now();
-        self.sched().set_settings(settings, now, &mut rand::rng());
+        let now = self.now();
+        {
+            let mut s = self.sched();
+            let mut rng = lock(&self.rng);
+            s.set_settings(settings, now, &mut *rng);
+        }
         let mut none = HashMap::new();
         self.reconcile(now, &mut none, false);
     }
@@ -442,7 +467,7 @@ impl Engine {
         }
         let cold_start = records.is_empty();
         let mut stored: HashMap<TaskKey, TaskRecord> = records.into_iter().collect();
-        let now = Timestamp::now();
+        let now = shared.now();
         shared.reconcile(now, &mut stored, cold_start);
         // Rows of tasks that no longer exist.
         if !stored.is_empty() {
@@ -515,7 +540,7 @@ impl Engine {
 
 async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
-        let now = Timestamp::now();
+        let now = shared.now();
         let mut batch = Vec::new();
         let wake_at = {
             let mut s = shared.sched();
@@ -578,7 +603,7 @@ async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             });
         }
         let sleep = match wake_at {
-            Some(t) => Duration::from_millis(t.0.saturating_sub(Timestamp::now().0)),
+            Some(t) => Duration::from_millis(t.0.saturating_sub(shared.now().0)),
             None => Duration::from_secs(3600),
         };
         tokio::select! {
@@ -616,7 +641,7 @@ async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             _ = shared.resolve.notified() => due = true,
             _ = stop.changed() => return,
         }
-        let now = Timestamp::now();
+        let now = shared.now();
         let settings = shared.sched().settings().scheduler.clone();
         let (changed, resolve, solved_at) = {
             let mut b = lock(&shared.budgets);
@@ -641,7 +666,7 @@ async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 
 async fn history_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
-        let now = Timestamp::now().0 / 1000;
+        let now = shared.now().0 / 1000;
         let minute = now - now % 60;
         let wait = Duration::from_secs(minute + 60 - now);
         tokio::select! {
@@ -683,9 +708,7 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
             // The poller enforces the instance timeout itself; this outer
             // bound guarantees a worker can never hang whatever it does.
             let hard = crate::poll::deadline(instance, group, items.len()) + Duration::from_millis(500);
-            let poll = shared
-                .poller
-                .poll_with_base(instance, t.base_url.as_deref(), group, &items);
+            let poll = shared.fetch.fetch(instance, t.base_url.as_deref(), group, &items);
             match tokio::time::timeout(hard, poll).await {
                 Ok(r) => r,
                 Err(_) => Err(deadline_error(instance.timeout)),
@@ -698,7 +721,7 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
         )),
     };
     let elapsed = started.elapsed();
-    let now = Timestamp::now();
+    let now = shared.now();
     // Rate signals go to the pool before the task is re-queued, so the
     // task's own retry lands after the pool's pause.
     if let Some(pool) = &d.meta.pool {
@@ -725,7 +748,7 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     // move is planned here and applied only after it is committed.
     let (planned, wake) = {
         let mut s = shared.sched();
-        let planned = match s.plan_completion(&key, &result, now, &mut rand::rng()) {
+        let planned = match s.plan_completion(&key, &result, now, &mut *lock(&shared.rng)) {
             Some(p) if !p.transition.must_commit() => {
                 let info = (p.transition.clone(), p.meta.clone());
                 let events = change_events(&shared.sink, &p, &result, now);

@@ -28,7 +28,8 @@ fn shared_with_sink(dir: &std::path::Path, sink: Option<crate::config::SinkConfi
     };
     Shared::new(
         Store::open(dir).expect("store"),
-        crate::poll::Poller::new().expect("poller"),
+        std::sync::Arc::new(crate::poll::Poller::new().expect("poller")),
+        &crate::engine::ports::Ports::default(),
         Catalog::new(vec![], vec![]),
         layers,
         settings,

@@ -6,7 +6,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::config::SinkConfig;
 use crate::engine::settings::SettingsError;
-use crate::model::{BudgetConfig, ErrorCategory, ErrorKind, FieldError, InstanceConfig, Timestamp};
+use crate::model::{BudgetConfig, ErrorCategory, ErrorKind, FieldError, InstanceConfig};
 use crate::sink::event::{Event, SettingsSection};
 use crate::store::OutboxEvent;
 use serde::Serialize;
@@ -20,7 +20,7 @@ pub const SINK_KEY: &str = "sink";
 
 /// An operator event as an outbox row, to commit with the change.
 fn operator_event(app: &AppState, actor: &str, action: &str, target: &str) -> Vec<OutboxEvent> {
-    let event = Event::operator(Timestamp::now(), actor, action, target);
+    let event = Event::operator(app.shared.now(), actor, action, target);
     app.shared.sink.stage(&event).into_iter().collect()
 }
 
@@ -184,7 +184,7 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
             crate::engine::plan::fan_out_items(&e.config, &b.shapes, &g).to_vec()
         };
         let hard = crate::poll::deadline(&e.config, &g, items.len()) + Duration::from_millis(500);
-        let r = tokio::time::timeout(hard, app.shared.poller.poll(&e.config, &g, &items)).await;
+        let r = tokio::time::timeout(hard, app.shared.fetch.fetch(&e.config, None, &g, &items)).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         results.push(match r {
             Ok(Ok(ok)) => TestResult {
@@ -260,7 +260,7 @@ pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Res
         .map_err(|m| vec![over_budget(m)])?;
     let store = app.shared.store.clone();
     let doc = saved.clone();
-    let event = Event::settings(Timestamp::now(), actor, SettingsSection::Monitoring, patch.clone());
+    let event = Event::settings(app.shared.now(), actor, SettingsSection::Monitoring, patch.clone());
     let events: Vec<OutboxEvent> = app.shared.sink.stage(&event).into_iter().collect();
     tokio::task::spawn_blocking(move || store.put_settings_with_events(SETTINGS_KEY, &doc, &events))
         .await
@@ -316,7 +316,7 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
     let store = app.shared.store.clone();
     let saved = budget.clone();
     let change = serde_json::to_value(&budget).unwrap_or(Value::Null);
-    let event = Event::settings(Timestamp::now(), actor, SettingsSection::Budget, change);
+    let event = Event::settings(app.shared.now(), actor, SettingsSection::Budget, change);
     let events: Vec<OutboxEvent> = app.shared.sink.stage(&event).into_iter().collect();
     tokio::task::spawn_blocking(move || -> Result<(), crate::store::StoreError> {
         let mut all = store
@@ -350,7 +350,8 @@ pub fn sink_json(c: &SinkConfig) -> Value {
 
 /// Change the event sink: `null` (or `{"enabled": false}`) turns it off;
 /// otherwise a partial `[sink]` document over the settings in force. A
-/// header sent as `(hidden)` keeps its stored value. Validated as a whole
+/// header sent as `(hidden)` keeps its stored value while the URL keeps its
+/// scheme, host and port (a new origin needs it given again). Validated as a whole
 /// (422 naming the field), refused for a field an environment variable sets
 /// (409), stored, and applied at once.
 pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Option<SinkConfig>, ApiError> {
@@ -478,7 +479,7 @@ pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Opti
     // Staged by the new settings, not the old: a sink turned on records it;
     // one turned off has no receiver to tell.
     let shown = next.as_ref().map(sink_json).unwrap_or(Value::Null);
-    let event = Event::settings(Timestamp::now(), actor, SettingsSection::Sink, shown);
+    let event = Event::settings(app.shared.now(), actor, SettingsSection::Sink, shown);
     let events: Vec<OutboxEvent> = next.iter().map(|_| event.to_outbox(&mut rand::rng())).collect();
     tokio::task::spawn_blocking(move || store.put_settings_with_events(SINK_KEY, &saved, &events))
         .await

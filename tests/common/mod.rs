@@ -116,7 +116,11 @@ impl TestApp {
             addr,
             metrics_addr,
             token,
-            client: reqwest::Client::new(),
+            // The server closes connections idle for 10 s.
+            client: reqwest::Client::builder()
+                .pool_idle_timeout(Duration::from_secs(5))
+                .build()
+                .expect("client"),
             fleet,
             data_dir,
             store: Some(store),

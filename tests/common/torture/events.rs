@@ -215,8 +215,11 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
     }
     let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let api = format!("http://127.0.0.1:{api_port}");
+    // The server closes a connection idle for 10 s; a pooled one is not
+    // reused near that moment.
     let http = reqwest::Client::builder()
         .no_proxy()
+        .pool_idle_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| e.to_string())?;

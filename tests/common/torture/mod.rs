@@ -186,8 +186,11 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
     };
     std::fs::create_dir_all(&opts.work_dir).map_err(|e| format!("{}: {e}", opts.work_dir.display()))?;
     let fleet = FleetProc::spawn(opts)?;
+    // The server closes a connection idle for 10 s; a pooled one is not
+    // reused near that moment.
     let http = reqwest::Client::builder()
         .no_proxy()
+        .pool_idle_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| e.to_string())?;

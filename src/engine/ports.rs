@@ -1,0 +1,166 @@
+//! The engine's ports to the world: every `now` it uses comes from its
+//! [`Clock`], every random draw (backoff jitter, restart spreading) from its
+//! seeded RNG, and every poll goes through [`Fetch`]. In production that is
+//! the system clock, a seed from the OS and the HTTP [`Poller`]; a test
+//! passes [`TokioClock`], a fixed seed and a scripted `Fetch`, and runs the
+//! whole engine (dead letters, breakers, AIMD, restarts) on tokio's paused
+//! time, in milliseconds and the same way every run. Task persistence is the
+//! store's typed functions (`write_tasks_with_events`, `load_tasks`), on a
+//! real redb file in tests too.
+
+use crate::model::{GroupDef, InstanceConfig, PollResult, Timestamp};
+use crate::poll::Poller;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::sync::Arc;
+
+/// Where the engine reads the time. Sleeps go through tokio's timer, so a
+/// clock must agree with it: [`SystemClock`] in production (tokio runs on
+/// real time), [`TokioClock`] on paused time.
+pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
+    fn now(&self) -> Timestamp;
+}
+
+/// The wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// A clock that starts at a given time and moves with tokio's clock: on
+/// paused time (`#[tokio::test(start_paused = true)]`), it moves only when
+/// the test sleeps or calls `tokio::time::advance`, or when the runtime has
+/// nothing to do and tokio jumps to the next timer; every engine sleep moves
+/// with it.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    start: Timestamp,
+    origin: tokio::time::Instant,
+}
+
+impl TokioClock {
+    pub fn starting_at(start: Timestamp) -> TokioClock {
+        TokioClock {
+            start,
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        self.start.plus(self.origin.elapsed())
+    }
+}
+
+/// How the engine polls: the HTTP [`Poller`], or a fake in tests. An
+/// implementation never panics and classifies every failure (SPEC §3); the
+/// engine bounds how long it may take.
+#[async_trait::async_trait]
+pub trait Fetch: Send + Sync + 'static {
+    /// One execution of `group` against `instance`; `base` is the instance
+    /// URL parsed once, `items` the fan-out list.
+    async fn fetch(
+        &self,
+        instance: &InstanceConfig,
+        base: Option<&reqwest::Url>,
+        group: &GroupDef,
+        items: &[String],
+    ) -> PollResult;
+}
+
+#[async_trait::async_trait]
+impl Fetch for Poller {
+    async fn fetch(
+        &self,
+        instance: &InstanceConfig,
+        base: Option<&reqwest::Url>,
+        group: &GroupDef,
+        items: &[String],
+    ) -> PollResult {
+        self.poll_with_base(instance, base, group, items).await
+    }
+}
+
+/// What the engine is given: its clock, the seed of its RNG, and how it
+/// polls.
+#[derive(Clone)]
+pub struct Ports {
+    pub clock: Arc<dyn Clock>,
+    /// `None`: a seed from the operating system.
+    pub seed: Option<u64>,
+    /// `None`: the HTTP poller.
+    pub fetch: Option<Arc<dyn Fetch>>,
+}
+
+impl std::fmt::Debug for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ports")
+            .field("clock", &self.clock)
+            .field("seed", &self.seed)
+            .field("fetch", &self.fetch.as_ref().map(|_| "custom"))
+            .finish()
+    }
+}
+
+impl Default for Ports {
+    fn default() -> Self {
+        Ports {
+            clock: Arc::new(SystemClock),
+            seed: None,
+            fetch: None,
+        }
+    }
+}
+
+impl Ports {
+    /// Paused-time tests: [`TokioClock`] from `start`, a fixed seed, and
+    /// `fetch` for every poll.
+    pub fn paused(start: Timestamp, seed: u64, fetch: Arc<dyn Fetch>) -> Ports {
+        Ports {
+            clock: Arc::new(TokioClock::starting_at(start)),
+            seed: Some(seed),
+            fetch: Some(fetch),
+        }
+    }
+
+    pub(super) fn rng(&self) -> StdRng {
+        match self.seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => rand::make_rng(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_tokio_clock_moves_only_with_tokio_time() {
+        let clock = TokioClock::starting_at(Timestamp(1_000_000));
+        assert_eq!(clock.now(), Timestamp(1_000_000));
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert_eq!(clock.now(), Timestamp(1_001_500));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(clock.now(), Timestamp(1_061_500));
+    }
+
+    #[test]
+    fn a_fixed_seed_draws_the_same_numbers() {
+        use rand::RngExt;
+        let p = Ports {
+            seed: Some(7),
+            ..Ports::default()
+        };
+        let (mut a, mut b) = (p.rng(), p.rng());
+        let xs: Vec<u32> = (0..4).map(|_| a.random()).collect();
+        let ys: Vec<u32> = (0..4).map(|_| b.random()).collect();
+        assert_eq!(xs, ys);
+    }
+}

@@ -1,0 +1,408 @@
+//! The engine's behaviours on paused time: the whole appliance in process,
+//! with a scripted [`Fetch`] in place of HTTP, the engine's clock following
+//! tokio's virtual clock and a fixed seed. Minutes of schedule run in
+//! milliseconds, and every figure is exact: backoff between failures, the
+//! dead-letter threshold and recheck, the breaker's half-open probe, a 429's
+//! pause and AIMD, an operator's retry, and a cold start's spread.
+
+use pollster::app::Application;
+use pollster::config;
+use pollster::core::scheduler::OperatorOp;
+use pollster::engine::Shared;
+use pollster::engine::ports::{Fetch, Ports};
+use pollster::model::{
+    BreakerState, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
+    TaskKey, Timestamp, TypeDef,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How a scripted target answers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Answer {
+    Ok,
+    /// HTTP 500: transient.
+    ServerError,
+    /// HTTP 401: permanent.
+    Unauthorized,
+    /// HTTP 429 with this `Retry-After`.
+    RateLimited(Duration),
+}
+
+/// A [`Fetch`] that answers per instance as told, and records when each
+/// instance was asked (on tokio's clock).
+#[derive(Default)]
+struct Scripted {
+    answers: Mutex<HashMap<String, Answer>>,
+    calls: Mutex<Vec<(String, Instant)>>,
+}
+
+impl Scripted {
+    fn set(&self, instance: &str, a: Answer) {
+        self.answers.lock().expect("lock").insert(instance.to_string(), a);
+    }
+
+    fn calls_of(&self, instance: &str) -> Vec<Instant> {
+        let calls = self.calls.lock().expect("lock");
+        calls.iter().filter(|(i, _)| i == instance).map(|(_, t)| *t).collect()
+    }
+
+    fn all_calls(&self) -> Vec<(String, Instant)> {
+        self.calls.lock().expect("lock").clone()
+    }
+}
+
+fn error(category: ErrorCategory, kind: ErrorKind, status: u16) -> PollError {
+    PollError {
+        status: Some(status),
+        ..PollError::new(category, kind, format!("HTTP {status}"))
+    }
+}
+
+#[async_trait::async_trait]
+impl Fetch for Scripted {
+    async fn fetch(
+        &self,
+        instance: &InstanceConfig,
+        _base: Option<&reqwest::Url>,
+        _group: &GroupDef,
+        _items: &[String],
+    ) -> PollResult {
+        self.calls
+            .lock()
+            .expect("lock")
+            .push((instance.name.clone(), Instant::now()));
+        let answer = self
+            .answers
+            .lock()
+            .expect("lock")
+            .get(&instance.name)
+            .copied()
+            .unwrap_or(Answer::Ok);
+        match answer {
+            Answer::Ok => Ok(PollSuccess {
+                status: 200,
+                digest: 1,
+                body_bytes: 2,
+                ..Default::default()
+            }),
+            Answer::ServerError => Err(error(ErrorCategory::Transient, ErrorKind::Http, 500)),
+            Answer::Unauthorized => Err(error(ErrorCategory::Permanent, ErrorKind::InvalidCredentials, 401)),
+            Answer::RateLimited(after) => Err(PollError {
+                retry_after: Some(after),
+                ..error(ErrorCategory::Transient, ErrorKind::RateLimited, 429)
+            }),
+        }
+    }
+}
+
+const START: Timestamp = Timestamp(1_790_000_000_000);
+const INTERVAL: Duration = Duration::from_secs(10);
+
+/// The appliance on paused time; dropped, it stops.
+struct Engine {
+    shared: Arc<Shared>,
+    /// The instant the engine's clock reads [`START`] (tokio's clock).
+    origin: Instant,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Engine {
+    /// `instances` of type `t` (one group, `probe`, every 10 s), failure
+    /// rules: backoff 1 s doubling to 60 s without jitter, breaker after 3,
+    /// dead letter after 5, recheck after 30 min.
+    /// `origin`: when the test's clock read [`START`], so an engine started
+    /// later (a restart) goes on from the time the first one left.
+    async fn start(
+        dir: &std::path::Path,
+        origin: Instant,
+        instances: &[&str],
+        fetch: Arc<Scripted>,
+        pool: Option<f64>,
+    ) -> Engine {
+        let mut c = config::load(None, &BTreeMap::new()).expect("defaults");
+        c.server.data_dir = dir.to_path_buf();
+        let m = &mut c.monitoring_file;
+        m.adaptive.enabled = false;
+        m.adaptive.min_interval = INTERVAL;
+        m.adaptive.base_interval = INTERVAL;
+        m.adaptive.max_interval = INTERVAL;
+        m.failure.backoff_initial = Duration::from_secs(1);
+        m.failure.backoff_multiplier = 2.0;
+        m.failure.backoff_jitter = 0.0;
+        m.failure.backoff_max = Duration::from_secs(60);
+        m.failure.breaker_threshold = 3;
+        m.failure.dead_letter_after = 5;
+        m.failure.dead_letter_recheck = Duration::from_secs(1800);
+        c.types.push(TypeDef {
+            name: "t".into(),
+            groups: vec![GroupDef::new("probe", "", 1, INTERVAL)],
+        });
+        if let Some(rps) = pool {
+            c.budgets.push(BudgetConfig {
+                name: "api".into(),
+                requests_per_second: rps,
+                shared_fraction: 1.0,
+                burst: 1,
+            });
+        }
+        c.instances = instances
+            .iter()
+            .map(|n| InstanceConfig {
+                timeout: Duration::from_secs(1),
+                budget: pool.map(|_| "api".to_string()),
+                ..InstanceConfig::new(n, "t", "http://scripted.invalid/")
+            })
+            .collect();
+        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let ports = Ports::paused(START.plus(Instant::now() - origin), 7, fetch);
+        let app = Application::build_with_ports(c, api, metrics, ports)
+            .await
+            .expect("app builds");
+        let shared = app.shared().clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            app.run_until_stopped(async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("runs");
+        });
+        Engine {
+            shared,
+            origin,
+            stop: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    async fn stop(self) {
+        let Engine {
+            shared, stop, server, ..
+        } = self;
+        // Let go of the database first: the server waits for every handle.
+        drop(shared);
+        let _ = stop.map(|tx| tx.send(()));
+        if let Some(s) = server {
+            let _ = s.await;
+        }
+    }
+
+    /// The engine's time at tokio instant `t`.
+    fn at(&self, t: Instant) -> Timestamp {
+        START.plus(t - self.origin)
+    }
+
+    fn record(&self, instance: &str) -> pollster::model::TaskRecord {
+        let s = self.shared.sched();
+        s.get(&TaskKey::new(instance, "probe")).expect("task").rec.clone()
+    }
+}
+
+fn gaps(calls: &[Instant]) -> Vec<Duration> {
+    calls.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn five_failures_back_off_then_dead_letter_and_a_recovery_leaves_at_recheck() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fetch = Arc::new(Scripted::default());
+    fetch.set("broken", Answer::ServerError);
+    let e = Engine::start(dir.path(), Instant::now(), &["broken"], fetch.clone(), None).await;
+    tokio::time::sleep(Duration::from_secs(20 * 60)).await;
+    let calls = fetch.calls_of("broken");
+    assert_eq!(calls.len(), 5, "five attempts, then nothing until the recheck");
+    assert_eq!(
+        gaps(&calls),
+        [1, 2, 4, 8].map(Duration::from_secs),
+        "backoff 1 s doubling"
+    );
+    let rec = e.record("broken");
+    let dl = rec.dead_letter.as_ref().expect("dead-lettered");
+    assert_eq!(rec.failures, 5);
+    assert_eq!(rec.breaker, BreakerState::Open);
+    assert_eq!(rec.retry_at, Some(dl.since.plus(Duration::from_secs(1800))));
+
+    fetch.set("broken", Answer::Ok);
+    tokio::time::sleep(Duration::from_secs(11 * 60)).await;
+    let calls = fetch.calls_of("broken");
+    assert!(calls.len() >= 6, "rechecked");
+    assert_eq!(calls[5] - calls[4], Duration::from_secs(1800), "the recheck is on time");
+    let rec = e.record("broken");
+    assert!(rec.dead_letter.is_none(), "left the dead-letter queue");
+    assert_eq!((rec.failures, rec.breaker), (0, BreakerState::Closed));
+    e.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_failure_dead_letters_at_once_and_an_operator_retry_probes_now() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fetch = Arc::new(Scripted::default());
+    fetch.set("locked-out", Answer::Unauthorized);
+    let e = Engine::start(dir.path(), Instant::now(), &["locked-out"], fetch.clone(), None).await;
+    tokio::time::sleep(Duration::from_secs(10 * 60)).await;
+    assert_eq!(fetch.calls_of("locked-out").len(), 1, "no retry of a permanent failure");
+    let rec = e.record("locked-out");
+    assert_eq!(rec.failures, 1);
+    assert!(rec.dead_letter.is_some());
+
+    fetch.set("locked-out", Answer::Ok);
+    let asked = Instant::now();
+    e.shared
+        .operator_action(&TaskKey::new("locked-out", "probe"), "test", OperatorOp::Retry)
+        .await
+        .expect("retry");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calls = fetch.calls_of("locked-out");
+    assert_eq!(calls.len(), 2, "the retry probed");
+    assert!(calls[1] - asked < Duration::from_millis(100), "at once");
+    assert!(e.record("locked-out").dead_letter.is_none());
+    e.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_breaker_opens_after_three_failures_and_its_half_open_probe_closes_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fetch = Arc::new(Scripted::default());
+    fetch.set("flaky", Answer::ServerError);
+    let e = Engine::start(dir.path(), Instant::now(), &["flaky"], fetch.clone(), None).await;
+    // Three failures, 1 s and 2 s apart, from the task's first (phased) run.
+    while fetch.calls_of("flaky").len() < 3 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(fetch.calls_of("flaky").len(), 3);
+    let rec = e.record("flaky");
+    assert_eq!(rec.breaker, BreakerState::Open);
+    let retry_at = rec.retry_at.expect("a retry time");
+    fetch.set("flaky", Answer::Ok);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let calls = fetch.calls_of("flaky");
+    assert!(calls.len() >= 4, "probed");
+    let probe = e.at(calls[3]);
+    assert!(
+        probe.0.abs_diff(retry_at.0) <= 5,
+        "probe at {probe:?}, retry at {retry_at:?}"
+    );
+    let rec = e.record("flaky");
+    assert_eq!((rec.failures, rec.breaker), (0, BreakerState::Closed));
+    e.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_pauses_the_pool_for_its_retry_after_and_halves_the_budget_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fetch = Arc::new(Scripted::default());
+    let names = ["a", "b", "c"];
+    let e = Engine::start(dir.path(), Instant::now(), &names, fetch.clone(), Some(4.0)).await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let before = e.shared.pool_effective_rps("api");
+    assert_eq!(before, 4.0);
+    fetch.set("a", Answer::RateLimited(Duration::from_secs(20)));
+    // Until a's next poll answers 429.
+    let n = fetch.calls_of("a").len();
+    while fetch.calls_of("a").len() == n {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let limited_at = *fetch.calls_of("a").last().expect("call");
+    fetch.set("a", Answer::Ok);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(e.shared.pool_effective_rps("api"), 2.0, "halved");
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let after: Vec<_> = fetch.all_calls().into_iter().filter(|(_, t)| *t > limited_at).collect();
+    let first = after.first().expect("polling resumed").1;
+    assert!(
+        first - limited_at >= Duration::from_secs(20),
+        "the pool polled {:?} after a Retry-After of 20 s",
+        first - limited_at
+    );
+    let later = e.shared.pool_effective_rps("api");
+    assert!(
+        (2.0..2.1).contains(&later),
+        "halved once, then recovering slowly: {later}"
+    );
+    let rec = e.record("a");
+    assert_eq!(
+        (rec.failures, rec.breaker),
+        (0, BreakerState::Closed),
+        "a 429 is no failure"
+    );
+    // Recovery: +0.1 rps a minute after the cooldown.
+    tokio::time::sleep(Duration::from_secs(5 * 60)).await;
+    let recovered = e.shared.pool_effective_rps("api");
+    assert!(recovered > 2.0 && recovered <= 4.0, "{recovered}");
+    e.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cold_start_spreads_first_polls_and_a_restart_resumes_the_cadence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let names: Vec<String> = (0..20).map(|i| format!("i{i:02}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let fetch = Arc::new(Scripted::default());
+    let origin = Instant::now();
+    let started = origin;
+    // (A restart's engine goes on from the time the first one left.)
+    let e = Engine::start(dir.path(), origin, &refs, fetch.clone(), None).await;
+    tokio::time::sleep(INTERVAL * 2).await;
+    // A cold start polls everything at once, then leaves lockstep: the
+    // second round is spread over the interval.
+    let nth = |i: usize| -> Vec<Duration> {
+        refs.iter()
+            .map(|n| fetch.calls_of(n).get(i).copied().expect("polled") - started)
+            .collect()
+    };
+    let spread =
+        |v: &[Duration]| v.iter().max().copied().unwrap_or_default() - v.iter().min().copied().unwrap_or_default();
+    let (firsts, seconds) = (nth(0), nth(1));
+    assert_eq!(spread(&firsts), Duration::ZERO, "{firsts:?}");
+    assert!(
+        spread(&seconds) >= INTERVAL / 4,
+        "second round within {:?}: {seconds:?}",
+        spread(&seconds)
+    );
+    let distinct: std::collections::BTreeSet<u128> = seconds.iter().map(|d| d.as_millis() / 100).collect();
+    assert!(distinct.len() >= 15, "the second round bunches up: {seconds:?}");
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let last_before: HashMap<&str, Instant> = refs
+        .iter()
+        .map(|n| (*n, *fetch.calls_of(n).last().expect("polled")))
+        .collect();
+    let stopping = Instant::now();
+    e.stop().await;
+    assert!(
+        Instant::now() - stopping < Duration::from_secs(1),
+        "a slow stop: {:?}",
+        Instant::now() - stopping
+    );
+
+    // Restarted two seconds later, on the same file.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let restarted = Instant::now();
+    let fetch2 = Arc::new(Scripted::default());
+    let e = Engine::start(dir.path(), origin, &refs, fetch2.clone(), None).await;
+    tokio::time::sleep(INTERVAL).await;
+    let mut on_time = 0;
+    for n in &refs {
+        let first = *fetch2.calls_of(n).first().expect("polled after the restart");
+        let due = last_before[n] + INTERVAL;
+        if due >= restarted {
+            // Not yet due: it keeps its cadence.
+            assert!(
+                first.max(due) - first.min(due) <= Duration::from_millis(5),
+                "{n}: due {:?} after the restart, polled {:?} after it",
+                due - restarted,
+                first - restarted
+            );
+            on_time += 1;
+        } else {
+            // Overdue: spread over its phase window, not all at once.
+            assert!(first >= restarted && first - restarted <= INTERVAL, "{n}");
+        }
+    }
+    assert!(on_time > 0, "no task kept its cadence across the restart");
+    e.stop().await;
+}
