@@ -45,9 +45,17 @@ impl ApiError {
             field: Some(e.field),
         }
     }
-    pub fn internal(message: impl std::fmt::Display) -> Self {
-        tracing::error!(error = %message, "request failed");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message.to_string())
+    /// A failure of ours. The detail (a store path, an I/O error) goes to
+    /// the log under a request id; the client gets the id and a generic
+    /// message, never the detail.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        let id = crate::web::session::random_hex(8);
+        tracing::error!(request_id = %id, error = %detail, "request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("internal error (request id {id}); the server log has the detail"),
+        )
     }
 }
 
@@ -65,6 +73,20 @@ impl IntoResponse for ApiError {
             );
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_internal_error_names_a_request_id_and_hides_the_detail() {
+        let e = ApiError::internal("cannot open /var/lib/pollster/pollster.redb: permission denied");
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!e.message.contains("/var/lib"), "{}", e.message);
+        assert!(e.message.contains("request id "), "{}", e.message);
+        assert_ne!(e.message, ApiError::internal("x").message, "one id per failure");
     }
 }
 
