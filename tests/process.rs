@@ -8,6 +8,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/port.rs"]
+mod port;
+
+use port::free_port;
+
 const BIN: &str = env!("CARGO_BIN_EXE_pollster");
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
@@ -189,13 +194,6 @@ fn version_and_help() {
     for cmd in ["serve", "demo", "check-config", "plan", "admin"] {
         assert!(out.contains(cmd), "{cmd} missing from --help");
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 struct Server {

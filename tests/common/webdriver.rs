@@ -3,6 +3,7 @@
 //! read the page, take screenshots.
 #![allow(dead_code)]
 
+use super::free_port;
 use base64::Engine;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -31,13 +32,6 @@ pub fn available() -> bool {
         eprintln!("skipping browser test: {CHROMIUM} / {CHROMEDRIVER} not installed");
     }
     ok
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 impl Browser {
