@@ -145,7 +145,7 @@ fn shape_error(
     };
 
     let value = if is_secret(&path) {
-        "(hidden)".to_string()
+        crate::model::HIDDEN.to_string()
     } else {
         lookup(tree, &path).map(render).unwrap_or_default()
     };
