@@ -1,6 +1,14 @@
 //! A small W3C WebDriver client over reqwest, enough to drive Debian's
 //! headless Chromium through chromedriver: navigate, find, click, type,
 //! read the page, take screenshots.
+//!
+//! Hand-written rather than `fantoccini` on purpose: the browser test needs
+//! these few commands, which are a page of JSON over HTTP with the reqwest
+//! and serde_json the build has already. fantoccini would add Mozilla's
+//! `webdriver` protocol crate, `cookie`, and (by default) native-tls over
+//! OpenSSL: a dependency tree of its own to compile on a 2-core CI runner,
+//! for commands the tests never send. Worth revisiting if the browser tests
+//! grow to need waits, frames, actions or cookies.
 #![allow(dead_code)]
 
 use super::free_port;
