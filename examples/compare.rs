@@ -22,6 +22,10 @@
 //!   (`prometheus_target_interval_length_seconds`, quantiles over its summary
 //!   window): Prometheus has no dispatch-lateness figure of its own.
 
+#[path = "../tests/common/port.rs"]
+mod port;
+
+use port::free_port;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -591,13 +595,6 @@ fn quantile(a: &BTreeMap<u64, (f64, u64)>, b: &BTreeMap<u64, (f64, u64)>, q: f64
         prev = (upper, cum);
     }
     f64::INFINITY
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// utime + stime of a process and all its threads, in seconds.

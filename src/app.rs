@@ -83,18 +83,20 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 impl Application {
+    /// Binds the configured listeners, but only once everything that can
+    /// refuse the configuration (the over-budget gate needs the store) has
+    /// passed: a refused configuration exits 2 even where a port is taken.
     pub async fn build(config: Config) -> Result<Application, AppError> {
-        let api = bind(config.server.listen).await?;
-        let metrics = bind(config.server.metrics_listen).await?;
-        Self::build_with_listeners(config, api, metrics).await
+        Self::build_inner(config, None, Ports::default()).await
     }
 
+    /// With listeners the caller bound (tests bind `127.0.0.1:0`).
     pub async fn build_with_listeners(
         config: Config,
         api: TcpListener,
         metrics: TcpListener,
     ) -> Result<Application, AppError> {
-        Self::build_with_ports(config, api, metrics, Ports::default()).await
+        Self::build_inner(config, Some((api, metrics)), Ports::default()).await
     }
 
     /// [`Application::build_with_listeners`] with the engine's ports given:
@@ -106,14 +108,14 @@ impl Application {
         metrics: TcpListener,
         ports: Ports,
     ) -> Result<Application, AppError> {
-        let api_addr = api.local_addr().map_err(|source| AppError::Bind {
-            addr: config.server.listen,
-            source,
-        })?;
-        let metrics_addr = metrics.local_addr().map_err(|source| AppError::Bind {
-            addr: config.server.metrics_listen,
-            source,
-        })?;
+        Self::build_inner(config, Some((api, metrics)), ports).await
+    }
+
+    async fn build_inner(
+        config: Config,
+        listeners: Option<(TcpListener, TcpListener)>,
+        ports: Ports,
+    ) -> Result<Application, AppError> {
         for w in &config.warnings {
             tracing::warn!("{w}");
         }
@@ -243,6 +245,22 @@ impl Application {
                 }
             },
         };
+        // Nothing below refuses the configuration: only now take the ports.
+        let (api, metrics) = match listeners {
+            Some(given) => given,
+            None => (
+                bind(config.server.listen).await?,
+                bind(config.server.metrics_listen).await?,
+            ),
+        };
+        let api_addr = api.local_addr().map_err(|source| AppError::Bind {
+            addr: config.server.listen,
+            source,
+        })?;
+        let metrics_addr = metrics.local_addr().map_err(|source| AppError::Bind {
+            addr: config.server.metrics_listen,
+            source,
+        })?;
         let fetch: Arc<dyn crate::engine::ports::Fetch> = match &ports.fetch {
             Some(f) => f.clone(),
             None => Arc::new(Poller::new()?),

@@ -612,6 +612,9 @@ impl TypeDef {
     }
 }
 
+/// What a secret shows as wherever it is displayed or returned (API, pages,
+/// logs, errors). A URL password or sink header value sent back as exactly
+/// this keeps the stored one, so an edit form round-trips without the secret.
 pub const HIDDEN: &str = "(hidden)";
 
 pub const NAME_RULE: &str =
@@ -771,7 +774,7 @@ impl InstanceConfig {
             Auth::Bearer { token } if token.is_empty() || !header_safe(token) => {
                 return Err(FieldError::new(
                     "auth.token",
-                    "(hidden)",
+                    HIDDEN,
                     "must be non-empty printable text",
                 ));
             }
@@ -780,7 +783,7 @@ impl InstanceConfig {
                     return Err(FieldError::new("auth.name", name, "must be a valid HTTP header name"));
                 }
                 if !header_safe(value) {
-                    return Err(FieldError::new("auth.value", "(hidden)", "must be printable text"));
+                    return Err(FieldError::new("auth.value", HIDDEN, "must be printable text"));
                 }
             }
             Auth::Basic { username, password } => {
@@ -792,7 +795,7 @@ impl InstanceConfig {
                     ));
                 }
                 if !header_safe(password) {
-                    return Err(FieldError::new("auth.password", "(hidden)", "must be printable text"));
+                    return Err(FieldError::new("auth.password", HIDDEN, "must be printable text"));
                 }
             }
             Auth::PveToken { user, token_id, secret } => {
@@ -809,7 +812,7 @@ impl InstanceConfig {
                 if secret.is_empty() || !header_safe(secret) {
                     return Err(FieldError::new(
                         "auth.secret",
-                        "(hidden)",
+                        HIDDEN,
                         "must be non-empty printable text",
                     ));
                 }

@@ -8,6 +8,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/port.rs"]
+mod port;
+
+use port::free_port;
+
 const BIN: &str = env!("CARGO_BIN_EXE_pollster");
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
@@ -100,6 +105,27 @@ fn worked_example(profile: &str) -> String {
     )
 }
 
+/// A `[server]` section of its own for a config that `serve` may get as
+/// far as opening: never the default ports (a machine may be running
+/// Pollster on them) nor the default data directory.
+fn server_section(data: &Path, api_port: u16, metrics_port: u16) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:{api_port}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\ndata_dir = \"{}\"\n\n",
+        data.display()
+    )
+}
+
+/// What the gate says about the worked example with no profile: the pool,
+/// the demand, the target and the choices.
+const GATE_MESSAGE: [&str; 6] = [
+    "\"org\"",
+    "0.725 rps",
+    "0.700 rps",
+    "availability (priority 1 only: 0.500 rps, fits)",
+    "standard",
+    "full",
+];
+
 #[test]
 fn plan_solves_the_worked_example_and_the_gate_refuses_to_start() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -154,7 +180,8 @@ fn plan_solves_the_worked_example_and_the_gate_refuses_to_start() {
 
     // With no profile the same plan is refused at startup and by
     // check-config, with the pool, the demand, the target and the choices.
-    let gated = write(dir.path(), "gated.toml", &worked_example(""));
+    let server = server_section(&dir.path().join("data"), free_port(), free_port());
+    let gated = write(dir.path(), "gated.toml", &format!("{server}{}", worked_example("")));
     let path = gated.to_string_lossy().to_string();
     for args in [
         vec!["check-config", path.as_str()],
@@ -162,14 +189,7 @@ fn plan_solves_the_worked_example_and_the_gate_refuses_to_start() {
     ] {
         let (code, _, err) = run(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
-        for needle in [
-            "\"org\"",
-            "0.725 rps",
-            "0.700 rps",
-            "availability (priority 1 only: 0.500 rps, fits)",
-            "standard",
-            "full",
-        ] {
+        for needle in GATE_MESSAGE {
             assert!(err.contains(needle), "{args:?}: {needle:?} in {err}");
         }
     }
@@ -177,6 +197,34 @@ fn plan_solves_the_worked_example_and_the_gate_refuses_to_start() {
     let (code, out, _) = run(&["plan", "--config", &path, "--format", "json"]);
     assert_eq!(code, 0);
     assert!(out.contains("\"over_budget\": true"), "{out}");
+}
+
+#[test]
+fn the_gate_refuses_an_over_budget_config_before_the_port_is_taken() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Held for the whole test: `serve` finds its API port taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let server = server_section(&dir.path().join("data"), port, free_port());
+
+    let gated = write(dir.path(), "gated.toml", &format!("{server}{}", worked_example("")));
+    let (code, _, err) = run(&["serve", "--config", &gated.to_string_lossy()]);
+    assert_eq!(code, 2, "a configuration error, not a bind failure: {err}");
+    for needle in GATE_MESSAGE {
+        assert!(err.contains(needle), "{needle:?} in {err}");
+    }
+
+    // The port really is taken: with a profile the gate lets the same plan
+    // through, and only then does `serve` fail, naming the address.
+    let ok = write(
+        dir.path(),
+        "full.toml",
+        &format!("{server}{}", worked_example("profile = \"full\"")),
+    );
+    let (code, _, err) = run(&["serve", "--config", &ok.to_string_lossy()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&format!("cannot listen on 127.0.0.1:{port}")), "{err}");
+    drop(taken);
 }
 
 #[test]
@@ -189,13 +237,6 @@ fn version_and_help() {
     for cmd in ["serve", "demo", "check-config", "plan", "admin"] {
         assert!(out.contains(cmd), "{cmd} missing from --help");
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 struct Server {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::TestApp;
+use common::{TestApp, free_port};
 use pollster::fleet::Behaviour;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
@@ -19,13 +19,6 @@ impl Drop for Prometheus {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 async fn query(client: &reqwest::Client, base: &str, q: &str) -> Vec<Value> {

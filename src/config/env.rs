@@ -462,26 +462,10 @@ fn closest_env_var(name: &str, known: &[&'static str]) -> Option<&'static str> {
     known
         .iter()
         .map(|k| {
-            let d = levenshtein(name, k);
-            let d = alt.as_deref().map_or(d, |a| d.min(levenshtein(a, k)));
+            let d = strsim::levenshtein(name, k);
+            let d = alt.as_deref().map_or(d, |a| d.min(strsim::levenshtein(a, k)));
             (d, *k)
         })
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
-}
-
-/// Edit distance (insertions, deletions, substitutions) between two strings.
-pub(super) fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = substitution.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
 }

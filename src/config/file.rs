@@ -145,7 +145,7 @@ fn shape_error(
     };
 
     let value = if is_secret(&path) {
-        "(hidden)".to_string()
+        crate::model::HIDDEN.to_string()
     } else {
         lookup(tree, &path).map(render).unwrap_or_default()
     };
@@ -162,7 +162,7 @@ pub(super) fn closest<'a>(name: &str, candidates: &'a [String]) -> Option<&'a st
     let limit = (name.chars().count() / 3).clamp(1, 3);
     candidates
         .iter()
-        .map(|c| (super::env::levenshtein(name, c), c.as_str()))
+        .map(|c| (strsim::levenshtein(name, c), c.as_str()))
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)

@@ -17,7 +17,7 @@ mod file;
 
 pub use env::{EnvOverrides, known_env_vars};
 
-use crate::model::{BudgetConfig, FieldError, InstanceConfig, MonitoringSettings, TypeDef, duration_str};
+use crate::model::{BudgetConfig, FieldError, HIDDEN, InstanceConfig, MonitoringSettings, TypeDef, duration_str};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -164,7 +164,7 @@ impl SinkConfig {
             if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
                 return Err(FieldError::new(
                     format!("headers.{name}"),
-                    "(hidden)",
+                    HIDDEN,
                     "must be printable text",
                 ));
             }
@@ -203,7 +203,7 @@ impl SinkConfig {
 
 impl fmt::Debug for SinkConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let headers: BTreeMap<&str, &str> = self.headers.keys().map(|k| (k.as_str(), "(hidden)")).collect();
+        let headers: BTreeMap<&str, &str> = self.headers.keys().map(|k| (k.as_str(), HIDDEN)).collect();
         f.debug_struct("SinkConfig")
             .field("url", &self.url)
             .field("headers", &headers)
@@ -265,7 +265,7 @@ impl fmt::Debug for Config {
             .field("budgets", &self.budgets)
             .field("types", &self.types)
             .field("instances", &self.instances.len())
-            .field("admin_password", &self.admin_password.as_ref().map(|_| "(hidden)"))
+            .field("admin_password", &self.admin_password.as_ref().map(|_| HIDDEN))
             .field("warnings", &self.warnings)
             .finish()
     }
@@ -318,10 +318,8 @@ impl ConfigError {
 /// Show a validated value the way it would be written in TOML: numbers,
 /// booleans and lists bare, everything else quoted.
 fn quote_plain(v: &str) -> String {
-    let bare = v.parse::<f64>().is_ok()
-        || matches!(v, "true" | "false" | "(hidden)")
-        || v.starts_with('[')
-        || v.starts_with('{');
+    let bare =
+        v.parse::<f64>().is_ok() || matches!(v, "true" | "false" | HIDDEN) || v.starts_with('[') || v.starts_with('{');
     if bare { v.to_string() } else { format!("{v:?}") }
 }
 

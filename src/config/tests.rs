@@ -1,6 +1,5 @@
 //! Tests for loading, validation and environment overrides.
 
-use super::env::levenshtein;
 use super::*;
 use crate::model::{Auth, Profile, SchedulerMode};
 use std::io::Write;
@@ -919,16 +918,6 @@ fn env_table_fields_match_their_variable_names() {
         };
         assert_eq!(row.var, want);
     }
-}
-
-#[test]
-fn levenshtein_distances() {
-    assert_eq!(levenshtein("", ""), 0);
-    assert_eq!(levenshtein("abc", ""), 3);
-    assert_eq!(levenshtein("", "abc"), 3);
-    assert_eq!(levenshtein("kitten", "sitting"), 3);
-    assert_eq!(levenshtein("WOKERS", "WORKERS"), 1);
-    assert_eq!(levenshtein("flaw", "lawn"), 2);
 }
 
 #[test]

@@ -11,8 +11,9 @@
 //! A dead-letter move must be durable before anyone sees it, so completion is
 //! split in two: [`Scheduler::plan_completion`] computes the new record without
 //! changing anything, the engine commits it, then [`Scheduler::apply`] makes it
-//! visible. While that happens the task is still in flight, so nothing else
-//! can touch it. Operator actions are split the same way:
+//! visible (or [`Scheduler::keep_unmoved`], if the commit failed, ends the poll
+//! without the move). While that happens the task is still in flight, so
+//! nothing else can touch it. Operator actions are split the same way:
 //! [`Scheduler::plan_op`] computes the record, [`Scheduler::hold`] keeps the
 //! task off the schedule while the engine commits it, and
 //! [`Scheduler::apply_op`] (or [`Scheduler::release`], if the commit failed)
@@ -417,14 +418,40 @@ impl Scheduler {
 
     /// Make a planned completion visible and queue the task again.
     pub fn apply(&mut self, planned: Planned, now: Timestamp) {
-        let key = planned.key;
+        let record = planned.record;
+        self.finish(planned.key, now, |rec| *rec = record);
+    }
+
+    /// The commit of a planned dead-letter move failed: the task leaves
+    /// flight with the record it had, so nothing shows a move that is not on
+    /// disk, and the move is planned afresh when the task next completes.
+    /// It is due again when the plan would have run it, not at once: a store
+    /// that keeps failing is then retried, and the target polled, no faster
+    /// than the task's own cadence.
+    pub fn keep_unmoved(&mut self, planned: Planned, now: Timestamp) {
+        let next_run = planned.record.next_run;
+        self.finish(planned.key, now, |rec| {
+            rec.next_run = next_run;
+            // Still dead-lettered (a recovery that was not committed): its
+            // next probe is that run.
+            if let Some(dl) = rec.dead_letter.as_mut() {
+                dl.next_recheck = next_run;
+                rec.retry_at = Some(next_run);
+            }
+        });
+    }
+
+    /// End a poll: the task leaves flight with its record updated by
+    /// `update`, and is queued again (or dropped, if its instance went away
+    /// while it ran).
+    fn finish(&mut self, key: TaskKey, now: Timestamp, update: impl FnOnce(&mut TaskRecord)) {
         let Some(t) = self.tasks.get_mut(&key) else {
             return;
         };
         if t.in_flight.take().is_some() {
             self.in_flight -= 1;
         }
-        t.rec = planned.record;
+        update(&mut t.rec);
         t.spread_next = false;
         if t.removed {
             self.tasks.remove(&key);
@@ -952,6 +979,72 @@ mod tests {
         assert_eq!(s.dead_letters().len(), 1);
         assert_eq!(s.queue_len(), 1);
         assert_eq!(s.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_dead_letter_entry_whose_commit_failed_is_not_shown_and_is_planned_again() {
+        let mut settings = MonitoringSettings::default();
+        settings.failure.dead_letter_after = 1;
+        let mut s = Scheduler::new(settings);
+        let mut rng = SmallRng::seed_from_u64(1);
+        let now = Timestamp(SEC);
+        s.place(k("a"), meta(5), None, now, true);
+        let d = s.pop_due(now).expect("due");
+        let before = s.get(&k("a")).map(|t| t.rec.clone()).expect("task");
+        let p = s.plan_completion(&d.key, &fail(), now, &mut rng).expect("planned");
+        assert!(p.transition.must_commit());
+        let planned_run = p.record.next_run;
+        assert!(planned_run > now);
+
+        s.keep_unmoved(p, now);
+        assert!(s.dead_letters().is_empty(), "an uncommitted entry is never shown");
+        assert_eq!(s.in_flight(), 0);
+        assert_eq!(s.queue_len(), 1);
+        let t = s.get(&k("a")).expect("task");
+        assert_eq!(t.rec.failures, before.failures, "the failure is not counted either");
+        assert_eq!(t.rec.next_run, planned_run);
+        assert!(s.pop_due(now).is_none(), "not due again at once");
+        assert!(
+            s.take_dirty()
+                .0
+                .iter()
+                .any(|(key, r)| *key == k("a") && r.dead_letter.is_none())
+        );
+
+        // Its next completion plans the move again.
+        let d = s.pop_due(planned_run).expect("due again");
+        let p = s
+            .plan_completion(&d.key, &fail(), planned_run, &mut rng)
+            .expect("planned");
+        assert!(p.transition.must_commit());
+        s.apply(p, planned_run);
+        assert_eq!(s.dead_letters().len(), 1);
+    }
+
+    #[test]
+    fn a_recovery_whose_commit_failed_stays_dead_lettered_until_its_next_probe() {
+        let mut settings = MonitoringSettings::default();
+        settings.failure.dead_letter_after = 1;
+        let mut s = Scheduler::new(settings);
+        let mut rng = SmallRng::seed_from_u64(1);
+        let now = Timestamp(SEC);
+        s.place(k("a"), meta(5), None, now, true);
+        let d = s.pop_due(now).expect("due");
+        s.complete(&d.key, &fail(), now, &mut rng);
+        let recheck = s.get(&k("a")).map(|t| t.rec.next_run).expect("task");
+        let d = s.pop_due(recheck).expect("recheck due");
+        let p = s.plan_completion(&d.key, &ok(1), recheck, &mut rng).expect("planned");
+        assert!(p.transition.must_commit(), "a recovery is a move");
+        let planned_run = p.record.next_run;
+
+        s.keep_unmoved(p, recheck);
+        assert_eq!(s.dead_letters().len(), 1, "still listed: the recovery is not on disk");
+        let rec = &s.get(&k("a")).expect("task").rec;
+        assert_eq!(rec.next_run, planned_run);
+        assert_eq!(rec.retry_at, Some(planned_run));
+        assert_eq!(rec.dead_letter.as_ref().map(|dl| dl.next_recheck), Some(planned_run));
+        assert!(s.pop_due(recheck).is_none(), "not probed again at once");
+        assert!(s.pop_due(planned_run).is_some());
     }
 
     #[test]

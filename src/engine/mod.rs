@@ -769,11 +769,11 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     let info = match planned {
         Some(Ok(info)) => Some(info),
         Some(Err(p)) => {
-            let info = (p.transition.clone(), p.meta.clone());
+            let meta = p.meta.clone();
             let events = change_events(&shared.sink, &p, &result, now);
-            commit_then_apply(&shared, p, events, now).await;
+            let transition = commit_then_apply(&shared, p, events, now).await;
             shared.poke();
-            Some(info)
+            Some((transition, meta))
         }
         None => None,
     };
@@ -870,23 +870,31 @@ fn change_events(sink: &Sink, p: &Planned, result: &PollResult, now: Timestamp) 
 }
 
 /// A dead-letter move is durable before it is visible anywhere, and its
-/// change events with it.
-async fn commit_then_apply(shared: &Shared, p: Planned, events: Vec<OutboxEvent>, now: Timestamp) {
+/// change events with it. If the commit fails, the task is not moved and
+/// the events are dropped with the move: showing it would promise an entry
+/// (or an exit) that a crash could lose. The task keeps its record and is
+/// due again when the plan said, and the move is planned afresh then.
+/// Returns what the completion did.
+async fn commit_then_apply(shared: &Shared, p: Planned, events: Vec<OutboxEvent>, now: Timestamp) -> Transition {
     let _w = shared.write_lock.lock().await;
     let row = vec![(p.key.clone(), Some(p.record.clone()))];
-    let failed = match shared.write_tasks(row, events.clone()).await {
-        Ok(()) => Vec::new(),
-        Err(e) => {
-            // Still apply: the record stays dirty and the next flush
-            // retries, with the events.
-            tracing::error!(task = %p.key, error = %e, "could not commit dead-letter move; retrying with the next flush");
-            events
-        }
-    };
+    let result = shared.write_tasks(row, events).await;
     let mut s = shared.sched();
-    s.apply(p, now);
-    if !failed.is_empty() {
-        lock(&shared.staged).extend(failed);
+    match result {
+        Ok(()) => {
+            let transition = p.transition.clone();
+            s.apply(p, now);
+            transition
+        }
+        Err(e) => {
+            tracing::error!(task = %p.key, error = %e, "could not commit a dead-letter move; the task stays where it was until its next poll");
+            let changed = p.transition.changed;
+            s.keep_unmoved(p, now);
+            Transition {
+                changed,
+                ..Transition::default()
+            }
+        }
     }
 }
 

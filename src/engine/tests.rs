@@ -1,5 +1,6 @@
-//! The engine's commit-before-visible rule for operator actions, and change
-//! events committed with the state they record, against a real store.
+//! The engine's commit-before-visible rule for operator actions and
+//! dead-letter moves, and change events committed with the state they
+//! record, against a real store.
 
 use super::Shared;
 use super::catalog::Catalog;
@@ -179,4 +180,82 @@ async fn staged_change_events_go_with_the_group_commit_or_wait_for_the_next() {
     let dir = tempfile::tempdir().expect("tempdir");
     let off = shared_with_sink(dir.path(), None);
     assert!(off.sink.stage(&event).is_none());
+}
+
+/// A poll that fails for good: with the default settings, a dead-letter
+/// entry is planned at once.
+fn fails_for_good() -> crate::model::PollResult {
+    Err(crate::model::PollError::new(
+        crate::model::ErrorCategory::Permanent,
+        crate::model::ErrorKind::Http,
+        "HTTP 401 Unauthorized",
+    ))
+}
+
+/// Dispatch `key` (a new task, due now) and plan its completion with `result`.
+fn planned_completion(
+    shared: &Shared,
+    key: &TaskKey,
+    result: &crate::model::PollResult,
+    now: Timestamp,
+) -> crate::core::scheduler::Planned {
+    let mut s = shared.sched();
+    s.place(
+        key.clone(),
+        TaskMeta::new("http", 1, Duration::from_secs(10)),
+        None,
+        now,
+        true,
+    );
+    let d = s.pop_due(now).expect("due");
+    s.plan_completion(&d.key, result, now, &mut rand::rng())
+        .expect("planned")
+}
+
+#[tokio::test]
+async fn a_dead_letter_move_that_cannot_be_committed_is_not_made() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shared = shared_with_sink(dir.path(), sink_on());
+    let now = Timestamp::now();
+    // The store refuses this key, so the commit fails.
+    let bad = TaskKey::new("bad\0name", "probe");
+    let result = fails_for_good();
+    let p = planned_completion(&shared, &bad, &result, now);
+    assert!(p.transition.must_commit());
+    let planned_run = p.record.next_run;
+    let events = super::change_events(&shared.sink, &p, &result, now);
+    assert!(!events.is_empty());
+
+    let done = super::commit_then_apply(&shared, p, events, now).await;
+    assert_eq!(done.dead_letter, None, "reported as not moved");
+    {
+        let s = shared.sched();
+        assert!(s.dead_letters().is_empty(), "not shown");
+        assert_eq!(s.in_flight(), 0, "the poll is over");
+        let t = s.get(&bad).expect("task");
+        assert!(t.rec.dead_letter.is_none());
+        assert_eq!(
+            s.next_wakeup(),
+            Some(planned_run),
+            "due again when the plan said, not at once"
+        );
+    }
+    assert!(super::lock(&shared.staged).is_empty(), "its events went with it");
+    assert!(outbox(&shared).is_empty());
+
+    // The same move on a key the store takes: on disk, with its event,
+    // before it is shown.
+    let good = TaskKey::new("web-1", "probe");
+    let p = planned_completion(&shared, &good, &result, now);
+    let events = super::change_events(&shared.sink, &p, &result, now);
+    let sent = events.len();
+    let done = super::commit_then_apply(&shared, p, events, now).await;
+    assert!(done.must_commit());
+    assert_eq!(shared.sched().dead_letters().len(), 1);
+    let (stored, _) = shared.store.load_tasks().expect("load");
+    assert!(
+        stored.iter().any(|(k, r)| k == &good && r.dead_letter.is_some()),
+        "{stored:?}"
+    );
+    assert_eq!(outbox(&shared).len(), sent, "the entry and its breaker opening");
 }

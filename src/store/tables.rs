@@ -7,17 +7,20 @@
 //!
 //! Layout (values are always `codec` bytes):
 //!
-//! | table       | key                               | value                      |
-//! |-------------|-----------------------------------|----------------------------|
-//! | `meta`      | `schema_version`                  | `u32`                      |
-//! | `tasks`     | instance `\0` group               | `TaskRecord`               |
-//! | `instances` | instance name                     | `InstanceConfig`           |
-//! | `settings`  | settings name (e.g. `monitoring`) | JSON patch document        |
-//! | `tokens`    | SHA-256 of the token plaintext    | `TokenInfo`                |
-//! | `users`     | (reserved, empty in schema 1)     |                            |
-//! | `sessions`  | (reserved, empty in schema 1)     |                            |
-//! | `history`   | (reserved, empty in schema 1)     |                            |
-//! | `outbox`    | sequence, `u64` big-endian        | `OutboxEvent` (change events to deliver) |
+//! | table       | key                                    | value |
+//! |-------------|----------------------------------------|-------|
+//! | `meta`      | `schema_version`                       | `u32` |
+//! |             | `outbox_next_seq`                      | `u64`, the next `outbox` key |
+//! | `tasks`     | instance `\0` group                    | `TaskRecord`: a task's schedule, failures, breaker, dead-letter state |
+//! | `instances` | instance name                          | `InstanceConfig` added from the UI or API (the config file's are not stored) |
+//! | `settings`  | `monitoring`                           | JSON patch over the file's monitoring settings |
+//! |             | `budgets`                              | JSON object: budget pools changed from the UI or API, by name |
+//! |             | `sink`                                 | JSON: the event sink's settings, or `null` for off |
+//! | `tokens`    | SHA-256 of the token plaintext (32 bytes) | `TokenInfo` (id, name, scope, created) |
+//! | `users`     | user name (`admin`)                    | `UserRecord`: argon2 password hash (PHC string) |
+//! | `sessions`  | SHA-256 of the session id (hex)        | `SessionRow`: expiry, user, the record with its id blanked; never copied into a backup |
+//! | `history`   | minute start, Unix seconds, `u64` big-endian | `Rollup`: polls, errors, queue depth and dead-letter count of that minute |
+//! | `outbox`    | sequence, `u64` big-endian             | `OutboxEvent`: a change event to deliver, deleted once a receiver took it |
 //!
 //! The `meta` table's name, types and `schema_version` entry are a contract
 //! with every past and future release: that is how a release recognises a

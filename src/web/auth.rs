@@ -92,10 +92,7 @@ pub async fn require_auth(
     next: Next,
 ) -> Result<Response, ApiError> {
     if let Some(token) = bearer(&req).map(str::to_owned) {
-        let store = app.shared.store.clone();
-        let found = tokio::task::spawn_blocking(move || store.verify_token(&token))
-            .await
-            .map_err(ApiError::internal)??;
+        let found = app.with_store(move |s| s.verify_token(&token)).await?;
         let Some(info) = found else {
             return Err(ApiError::unauthorized());
         };
@@ -138,15 +135,13 @@ pub async fn require_login(State(app): State<AppState>, session: Session, mut re
     if session::is_safe(req.method())
         && let Some(token) = bearer(&req).map(str::to_owned)
     {
-        let store = app.shared.store.clone();
-        return match tokio::task::spawn_blocking(move || store.verify_token(&token)).await {
-            Ok(Ok(Some(info))) => {
+        return match app.with_store(move |s| s.verify_token(&token)).await {
+            Ok(Some(info)) => {
                 req.extensions_mut().insert(token_principal(info));
                 next.run(req).await
             }
-            Ok(Ok(None)) => ApiError::unauthorized().into_response(),
-            Ok(Err(e)) => ApiError::from(e).into_response(),
-            Err(e) => ApiError::internal(e).into_response(),
+            Ok(None) => ApiError::unauthorized().into_response(),
+            Err(e) => e.into_response(),
         };
     }
     match session::user(&session).await {

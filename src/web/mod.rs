@@ -143,6 +143,25 @@ impl AppState {
         }
     }
 
+    /// Run a store call on a blocking thread: a redb transaction blocks, and
+    /// must neither run on an async worker nor be held across an `.await`.
+    /// Its error, and a panic in the call, answer as [`error::ApiError`]s (a store
+    /// error is a 500, like everywhere else).
+    pub async fn with_store<T, E>(
+        &self,
+        f: impl FnOnce(&crate::store::Store) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, error::ApiError>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        error::ApiError: From<E>,
+    {
+        let store = self.shared.store.clone();
+        Ok(tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(error::ApiError::internal)??)
+    }
+
     pub fn new(shared: Arc<Shared>, web: WebState) -> Self {
         AppState {
             shared,
@@ -156,11 +175,9 @@ impl AppState {
         if self.web.admin_known.load(Ordering::Relaxed) {
             return true;
         }
-        let store = self.shared.store.clone();
-        let exists = tokio::task::spawn_blocking(move || store.user_count().map(|n| n > 0))
+        let exists = self
+            .with_store(|s| s.user_count().map(|n| n > 0))
             .await
-            .ok()
-            .and_then(|r| r.ok())
             .unwrap_or(false);
         if exists {
             self.web.admin_known.store(true, Ordering::Relaxed);

@@ -42,11 +42,9 @@ async fn persist(app: &AppState, i: InstanceConfig, events: Vec<OutboxEvent>) ->
     app.shared
         .check_gate(&next, &app.shared.monitoring())
         .map_err(over_budget)?;
-    let store = app.shared.store.clone();
     let saved = i.clone();
-    tokio::task::spawn_blocking(move || store.put_instance_with_events(&saved, &events))
-        .await
-        .map_err(ApiError::internal)??;
+    app.with_store(move |s| s.put_instance_with_events(&saved, &events))
+        .await?;
     app.shared.set_catalog(next);
     Ok(())
 }
@@ -129,12 +127,10 @@ pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<
     let _edit = app.shared.catalog_edit.lock().await;
     let cat = app.shared.catalog();
     editable(&cat, name, "remove")?;
-    let store = app.shared.store.clone();
     let n = name.to_string();
     let events = operator_event(app, actor, "instance.delete", name);
-    tokio::task::spawn_blocking(move || store.delete_instance_with_events(&n, &events))
-        .await
-        .map_err(ApiError::internal)??;
+    app.with_store(move |s| s.delete_instance_with_events(&n, &events))
+        .await?;
     let mut next = (*cat).clone();
     next.instances.remove(name);
     drop(cat);
@@ -258,14 +254,12 @@ pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Res
     app.shared
         .check_gate(&app.shared.catalog(), &effective)
         .map_err(|m| vec![over_budget(m)])?;
-    let store = app.shared.store.clone();
     let doc = saved.clone();
     let event = Event::settings(app.shared.now(), actor, SettingsSection::Monitoring, patch.clone());
     let events: Vec<OutboxEvent> = app.shared.sink.stage(&event).into_iter().collect();
-    tokio::task::spawn_blocking(move || store.put_settings_with_events(SETTINGS_KEY, &doc, &events))
+    app.with_store(move |s| s.put_settings_with_events(SETTINGS_KEY, &doc, &events))
         .await
-        .map_err(|e| vec![ApiError::internal(e)])?
-        .map_err(|e| vec![ApiError::from(e)])?;
+        .map_err(|e| vec![e])?;
     crate::engine::lock(&app.shared.settings).saved = saved;
     app.shared.apply_settings(effective);
     tracing::info!(actor, change = %patch, "monitoring settings changed");
@@ -313,12 +307,11 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
     app.shared
         .check_gate(&next, &app.shared.monitoring())
         .map_err(over_budget)?;
-    let store = app.shared.store.clone();
     let saved = budget.clone();
     let change = serde_json::to_value(&budget).unwrap_or(Value::Null);
     let event = Event::settings(app.shared.now(), actor, SettingsSection::Budget, change);
     let events: Vec<OutboxEvent> = app.shared.sink.stage(&event).into_iter().collect();
-    tokio::task::spawn_blocking(move || -> Result<(), crate::store::StoreError> {
+    app.with_store(move |store| -> Result<(), crate::store::StoreError> {
         let mut all = store
             .get_settings(BUDGETS_KEY)?
             .unwrap_or_else(|| serde_json::json!({}));
@@ -328,8 +321,7 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
         all[saved.name.as_str()] = serde_json::to_value(&saved).unwrap_or(Value::Null);
         store.put_settings_with_events(BUDGETS_KEY, &all, &events)
     })
-    .await
-    .map_err(ApiError::internal)??;
+    .await?;
     app.shared.set_catalog(next);
     tracing::info!(pool = %name, actor, budget_rps = budget.budget_rps(), burst = budget.burst, "budget pool changed");
     Ok(budget)
@@ -474,16 +466,14 @@ pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Opti
         c.validate().map_err(ApiError::invalid)?;
         Some(c)
     };
-    let store = app.shared.store.clone();
     let saved = serde_json::to_value(&next).map_err(ApiError::internal)?;
     // Staged by the new settings, not the old: a sink turned on records it;
     // one turned off has no receiver to tell.
     let shown = next.as_ref().map(sink_json).unwrap_or(Value::Null);
     let event = Event::settings(app.shared.now(), actor, SettingsSection::Sink, shown);
     let events: Vec<OutboxEvent> = next.iter().map(|_| event.to_outbox(&mut rand::rng())).collect();
-    tokio::task::spawn_blocking(move || store.put_settings_with_events(SINK_KEY, &saved, &events))
-        .await
-        .map_err(ApiError::internal)??;
+    app.with_store(move |s| s.put_settings_with_events(SINK_KEY, &saved, &events))
+        .await?;
     *crate::engine::lock(&app.shared.sink_config) = next.clone();
     app.shared.sink.reconfigure(next.clone());
     tracing::info!(actor, enabled = next.is_some(), "event sink settings changed");

@@ -2,7 +2,10 @@
 //! a simulated fleet on loopback, and typed request helpers.
 #![allow(dead_code)]
 
+pub mod port;
 pub mod webdriver;
+
+pub use port::free_port;
 
 use pollster::app::Application;
 use pollster::config::{self, Config};

@@ -1,8 +1,17 @@
 //! A small W3C WebDriver client over reqwest, enough to drive Debian's
 //! headless Chromium through chromedriver: navigate, find, click, type,
 //! read the page, take screenshots.
+//!
+//! Hand-written rather than `fantoccini` on purpose: the browser test needs
+//! these few commands, which are a page of JSON over HTTP with the reqwest
+//! and serde_json the build has already. fantoccini would add Mozilla's
+//! `webdriver` protocol crate, `cookie`, and (by default) native-tls over
+//! OpenSSL: a dependency tree of its own to compile on a 2-core CI runner,
+//! for commands the tests never send. Worth revisiting if the browser tests
+//! grow to need waits, frames, actions or cookies.
 #![allow(dead_code)]
 
+use super::free_port;
 use base64::Engine;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -31,13 +40,6 @@ pub fn available() -> bool {
         eprintln!("skipping browser test: {CHROMIUM} / {CHROMEDRIVER} not installed");
     }
     ok
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 impl Browser {

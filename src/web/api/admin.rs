@@ -15,20 +15,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static BACKUP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 pub async fn backup(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let store = app.shared.store.clone();
-    let dir = store.path().parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let dir = app
+        .shared
+        .store
+        .path()
+        .parent()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_default();
     let stamp = Timestamp::now();
     let seq = BACKUP_SEQ.fetch_add(1, Ordering::Relaxed);
     let tmp = dir.join(format!(".backup-{}-{}-{seq}.redb", std::process::id(), stamp.0));
     let path = tmp.clone();
-    let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
-        store.backup_to(&path)?;
-        let data = std::fs::read(&path).map_err(ApiError::internal);
-        let _ = std::fs::remove_file(&path);
-        data
-    })
-    .await
-    .map_err(ApiError::internal)??;
+    let bytes = app
+        .with_store(move |store| -> Result<Vec<u8>, ApiError> {
+            store.backup_to(&path)?;
+            let data = std::fs::read(&path).map_err(ApiError::internal);
+            let _ = std::fs::remove_file(&path);
+            data
+        })
+        .await?;
     let name = format!(
         "pollster-{}.redb",
         stamp.to_rfc3339().replace([':', '-'], "").trim_end_matches('Z')

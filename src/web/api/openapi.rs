@@ -341,7 +341,7 @@ fn schemas(types: &[&str]) -> Value {
     json!({
         "SinkDocument": {"type": "object", "required": ["sink", "locked", "status"], "properties": {
             "sink": {"type": "object", "nullable": true, "properties": {
-                "url": {"type": "string"}, "headers": {"type": "object", "additionalProperties": {"type": "string", "enum": ["(hidden)"]}},
+                "url": {"type": "string"}, "headers": {"type": "object", "additionalProperties": {"type": "string", "enum": [crate::model::HIDDEN]}},
                 "batch_size": {"type": "integer"}, "buffering": duration.clone(), "retry_limit": duration_or_zero.clone(),
                 "queue_limit": {"type": "integer"}, "gzip": {"type": "boolean"}}},
             "locked": {"type": "object", "additionalProperties": {"type": "string"}},

@@ -338,12 +338,7 @@ pub async fn logout(session: Session) -> Redirect {
 }
 
 async fn tokens(app: &AppState) -> Vec<TokenRow> {
-    let store = app.shared.store.clone();
-    let list: Vec<TokenInfo> = tokio::task::spawn_blocking(move || store.list_tokens())
-        .await
-        .ok()
-        .and_then(|r| r.ok())
-        .unwrap_or_default();
+    let list: Vec<TokenInfo> = app.with_store(|s| s.list_tokens()).await.unwrap_or_default();
     list.into_iter()
         .map(|t| TokenRow {
             id: t.id,
@@ -499,7 +494,6 @@ pub async fn create_token(
             }
         },
     };
-    let store = app.shared.store.clone();
     let n = name.clone();
     let (sink, actor) = (app.shared.sink.clone(), who.actor());
     let event = move |info: &crate::store::TokenInfo| {
@@ -507,14 +501,15 @@ pub async fn create_token(
         let e = crate::sink::event::Event::operator(Timestamp::now(), &actor, "token.create", &target);
         sink.stage(&e).into_iter().collect()
     };
-    match tokio::task::spawn_blocking(move || store.create_token_with_events(&n, scope, Timestamp::now(), event)).await
+    match app
+        .with_store(move |s| s.create_token_with_events(&n, scope, Timestamp::now(), event))
+        .await
     {
-        Ok(Ok((plain, info))) => {
+        Ok((plain, info)) => {
             tracing::info!(token = %info.id, name = %name, scope = info.scope.as_str(), actor = %who.actor(), "API token created");
             security(&app, &session, None, Some(plain), None).await.into_response()
         }
-        Ok(Err(e)) => crate::web::error::ApiError::internal(e).into_response(),
-        Err(e) => crate::web::error::ApiError::internal(e).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -524,14 +519,12 @@ pub async fn revoke_token(
     session: Session,
     Path(id): Path<String>,
 ) -> Redirect {
-    let store = app.shared.store.clone();
     let i = id.clone();
     let event = crate::sink::event::Event::operator(Timestamp::now(), &who.actor(), "token.revoke", &id);
     let events: Vec<_> = app.shared.sink.stage(&event).into_iter().collect();
-    let revoked = tokio::task::spawn_blocking(move || store.revoke_token_with_events(&i, &events))
+    let revoked = app
+        .with_store(move |s| s.revoke_token_with_events(&i, &events))
         .await
-        .ok()
-        .and_then(|r| r.ok())
         .unwrap_or(false);
     if revoked {
         tracing::info!(token = %id, actor = %who.actor(), "API token revoked");

@@ -8,6 +8,7 @@
 //! instances it adds poll the receiver itself, which answers 404, so
 //! breaker and dead-letter events join the outbox too).
 
+use crate::torture::port::try_free_port;
 use axum::extract::State;
 use axum::http::StatusCode;
 use rand::rngs::StdRng;
@@ -113,13 +114,6 @@ impl fmt::Display for Report {
     }
 }
 
-fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port: {e}"))
-}
-
 /// `pollster serve`, killed with SIGKILL when dropped.
 struct Server(Child);
 
@@ -192,7 +186,7 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
     });
 
     let data = opts.work_dir.join("data");
-    let (api_port, metrics_port) = (free_port()?, free_port()?);
+    let (api_port, metrics_port) = (try_free_port()?, try_free_port()?);
     let config = opts.work_dir.join("pollster.toml");
     let log = opts.work_dir.join("pollster.log");
     std::fs::write(

@@ -47,13 +47,17 @@
 //! may leave legitimately (a recheck in an up phase succeeds) and are only
 //! counted; targets the driver made healthy leave the set.
 
+#[path = "../port.rs"]
+pub(crate) mod port;
+
 mod checks;
 mod procs;
 mod report;
 mod schedule;
 
 use checks::{State, after_restart, flip_some, offline_check, operator_action, scan_log};
-use procs::{Client, FleetProc, Sampler, ServerProc, free_port, key_str, ms};
+use port::try_free_port;
+use procs::{Client, FleetProc, Sampler, ServerProc, key_str, ms};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use report::Report;
@@ -212,8 +216,8 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
     };
 
     let data = opts.work_dir.join("data");
-    let api_port = free_port()?;
-    let metrics_port = free_port()?;
+    let api_port = try_free_port()?;
+    let metrics_port = try_free_port()?;
     let config = opts.work_dir.join("pollster.toml");
     let log = opts.work_dir.join("pollster.log");
     std::fs::write(

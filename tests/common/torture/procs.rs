@@ -318,10 +318,3 @@ impl Sampler {
 pub(super) fn ms(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
-
-pub(super) fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port: {e}"))
-}
