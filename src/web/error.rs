@@ -76,20 +76,6 @@ impl IntoResponse for ApiError {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_internal_error_names_a_request_id_and_hides_the_detail() {
-        let e = ApiError::internal("cannot open /var/lib/pollster/pollster.redb: permission denied");
-        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(!e.message.contains("/var/lib"), "{}", e.message);
-        assert!(e.message.contains("request id "), "{}", e.message);
-        assert_ne!(e.message, ApiError::internal("x").message, "one id per failure");
-    }
-}
-
 impl From<crate::engine::EngineError> for ApiError {
     fn from(e: crate::engine::EngineError) -> Self {
         use crate::core::scheduler::OpError;
@@ -233,5 +219,19 @@ fn strip_position(s: &str) -> String {
     match s.rfind(" at line ") {
         Some(i) => s[..i].to_string(),
         None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_internal_error_names_a_request_id_and_hides_the_detail() {
+        let e = ApiError::internal("cannot open /var/lib/pollster/pollster.redb: permission denied");
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!e.message.contains("/var/lib"), "{}", e.message);
+        assert!(e.message.contains("request id "), "{}", e.message);
+        assert_ne!(e.message, ApiError::internal("x").message, "one id per failure");
     }
 }

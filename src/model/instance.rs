@@ -1,0 +1,300 @@
+//! One API endpoint to poll (`[[instances]]`), how Pollster authenticates
+//! to it, budget pools, and their validation.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+#[allow(unused_imports)]
+use super::*;
+
+/// How Pollster authenticates to an instance. Secrets are write-only in the API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Auth {
+    /// A struct variant, not a unit one: serde ignores unknown fields next to
+    /// the tag of a unit variant, so `{"kind": "none", "token": "…"}` would
+    /// be taken silently.
+    None {},
+    Bearer {
+        token: String,
+    },
+    Header {
+        name: String,
+        value: String,
+    },
+    Basic {
+        username: String,
+        password: String,
+    },
+    /// Proxmox API token: `Authorization: PVEAPIToken=USER@REALM!TOKENID=SECRET`.
+    PveToken {
+        user: String,
+        token_id: String,
+        secret: String,
+    },
+}
+
+impl Default for Auth {
+    fn default() -> Self {
+        Auth::None {}
+    }
+}
+
+impl Auth {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Auth::None {} => "none",
+            Auth::Bearer { .. } => "bearer",
+            Auth::Header { .. } => "header",
+            Auth::Basic { .. } => "basic",
+            Auth::PveToken { .. } => "pve_token",
+        }
+    }
+}
+
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// One API endpoint to poll, as in `[[instances]]` (§7).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceConfig {
+    pub name: String,
+    #[serde(rename = "type", default = "default_type")]
+    pub type_name: String,
+    pub url: String,
+    #[serde(with = "duration_str", default = "default_timeout")]
+    pub timeout: Duration,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub auth: Auth,
+    /// Verify the server certificate against the system roots (default on).
+    #[serde(default = "default_true")]
+    pub tls_verify: bool,
+    /// Trust exactly this certificate, by the SHA-256 of its DER bytes (hex,
+    /// colons optional) — for self-signed Proxmox certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_fingerprint: Option<String>,
+    #[serde(default = "default_max_response_bytes")]
+    pub max_response_bytes: u64,
+    /// Shape counts for planning before they are learned (and for
+    /// `pollster plan`), e.g. `shape = { nodes = 12 }`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shape: BTreeMap<String, u64>,
+}
+
+fn default_type() -> String {
+    "http".into()
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_max_response_bytes() -> u64 {
+    DEFAULT_MAX_RESPONSE_BYTES
+}
+
+impl InstanceConfig {
+    /// An instance with every optional field at its default.
+    pub fn new(name: &str, type_name: &str, url: &str) -> Self {
+        InstanceConfig {
+            name: name.into(),
+            type_name: type_name.into(),
+            url: url.into(),
+            timeout: default_timeout(),
+            budget: None,
+            labels: BTreeMap::new(),
+            enabled: true,
+            auth: Auth::None {},
+            tls_verify: true,
+            tls_fingerprint: None,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            shape: BTreeMap::new(),
+        }
+    }
+
+    /// Field-level checks that need no knowledge of types or budgets.
+    pub fn validate_fields(&self) -> Result<(), FieldError> {
+        if !valid_name(&self.name) {
+            return Err(FieldError::new("name", &self.name, NAME_RULE));
+        }
+        check_http_url("url", &self.url)?;
+        if self.timeout < Duration::from_millis(10) || self.timeout > Duration::from_secs(300) {
+            return Err(FieldError::new(
+                "timeout",
+                duration_str::format(self.timeout),
+                "must be between 10ms and 5m",
+            ));
+        }
+        if self.max_response_bytes == 0 || self.max_response_bytes > 1 << 30 {
+            return Err(FieldError::new(
+                "max_response_bytes",
+                self.max_response_bytes,
+                "must be between 1 and 1073741824",
+            ));
+        }
+        if let Some(fp) = &self.tls_fingerprint
+            && parse_fingerprint(fp).is_none()
+        {
+            return Err(FieldError::new(
+                "tls_fingerprint",
+                fp,
+                "must be 64 hex digits (SHA-256), colons allowed",
+            ));
+        }
+        match &self.auth {
+            Auth::None {} => {}
+            Auth::Bearer { token } if token.is_empty() || !header_safe(token) => {
+                return Err(FieldError::new(
+                    "auth.token",
+                    HIDDEN,
+                    "must be non-empty printable text",
+                ));
+            }
+            Auth::Header { name, value } => {
+                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)) {
+                    return Err(FieldError::new("auth.name", name, "must be a valid HTTP header name"));
+                }
+                if !header_safe(value) {
+                    return Err(FieldError::new("auth.value", HIDDEN, "must be printable text"));
+                }
+            }
+            Auth::Basic { username, password } => {
+                if username.is_empty() || username.contains(':') || !header_safe(username) {
+                    return Err(FieldError::new(
+                        "auth.username",
+                        username,
+                        "must be non-empty and contain no ':'",
+                    ));
+                }
+                if !header_safe(password) {
+                    return Err(FieldError::new("auth.password", HIDDEN, "must be printable text"));
+                }
+            }
+            Auth::PveToken { user, token_id, secret } => {
+                if !user.contains('@') || user.contains('!') || !header_safe(user) {
+                    return Err(FieldError::new("auth.user", user, "must be USER@REALM"));
+                }
+                if token_id.is_empty() || token_id.contains('=') || !header_safe(token_id) {
+                    return Err(FieldError::new(
+                        "auth.token_id",
+                        token_id,
+                        "must be a non-empty token id",
+                    ));
+                }
+                if secret.is_empty() || !header_safe(secret) {
+                    return Err(FieldError::new(
+                        "auth.secret",
+                        HIDDEN,
+                        "must be non-empty printable text",
+                    ));
+                }
+            }
+            Auth::Bearer { .. } => {}
+        }
+        for (k, v) in &self.shape {
+            if !valid_name(k) {
+                return Err(FieldError::new(format!("shape.{k}"), k, NAME_RULE));
+            }
+            if *v > 1_000_000 {
+                return Err(FieldError::new(format!("shape.{k}"), v, "must be at most 1000000"));
+            }
+        }
+        for (k, v) in &self.labels {
+            if !valid_name(k) {
+                return Err(FieldError::new(format!("labels.{k}"), k, NAME_RULE));
+            }
+            if v.len() > 256 {
+                return Err(FieldError::new(
+                    format!("labels.{k}"),
+                    v,
+                    "must be at most 256 characters",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An `http://` or `https://` URL with a host.
+pub fn check_http_url(field: &str, url: &str) -> Result<(), FieldError> {
+    match reqwest::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => Ok(()),
+        Ok(_) => Err(FieldError::new(
+            field,
+            url,
+            "must be an http:// or https:// URL with a host",
+        )),
+        Err(e) => Err(FieldError::new(field, url, format!("not a valid URL: {e}"))),
+    }
+}
+
+pub fn header_safe(s: &str) -> bool {
+    s.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
+
+/// Parse a SHA-256 fingerprint written as hex, with or without colons.
+pub fn parse_fingerprint(s: &str) -> Option<[u8; 32]> {
+    let hex: String = s.chars().filter(|c| *c != ':').collect();
+    let bytes = hex::decode(hex).ok()?;
+    bytes.try_into().ok()
+}
+
+/// `[[budgets]]`: a request budget shared by a set of instances.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    pub name: String,
+    pub requests_per_second: f64,
+    #[serde(default = "default_shared_fraction")]
+    pub shared_fraction: f64,
+    #[serde(default = "default_burst")]
+    pub burst: u32,
+}
+
+impl BudgetConfig {
+    pub fn validate(&self, field: &str) -> Result<(), FieldError> {
+        if !valid_name(&self.name) {
+            return Err(FieldError::new(format!("{field}.name"), &self.name, NAME_RULE));
+        }
+        if !(self.requests_per_second.is_finite() && self.requests_per_second > 0.0 && self.requests_per_second <= 1e6)
+        {
+            return Err(FieldError::new(
+                format!("{field}.requests_per_second"),
+                self.requests_per_second,
+                "must be a number above 0 and at most 1000000",
+            ));
+        }
+        if !(self.shared_fraction.is_finite() && self.shared_fraction > 0.0 && self.shared_fraction <= 1.0) {
+            return Err(FieldError::new(
+                format!("{field}.shared_fraction"),
+                self.shared_fraction,
+                "must be above 0 and at most 1",
+            ));
+        }
+        if !(1..=100).contains(&self.burst) {
+            return Err(FieldError::new(
+                format!("{field}.burst"),
+                self.burst,
+                "must be between 1 and 100",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The pool's configured budget: `requests_per_second × shared_fraction`.
+    pub fn budget_rps(&self) -> f64 {
+        self.requests_per_second * self.shared_fraction
+    }
+}
+
+fn default_shared_fraction() -> f64 {
+    1.0
+}
+fn default_burst() -> u32 {
+    10
+}

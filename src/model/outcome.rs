@@ -1,0 +1,112 @@
+//! What a poll came back with: a classified error (SPEC §3) or a success.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+#[allow(unused_imports)]
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCategory {
+    Transient,
+    Permanent,
+}
+
+impl ErrorCategory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCategory::Transient => "transient",
+            ErrorCategory::Permanent => "permanent",
+        }
+    }
+}
+
+/// What went wrong, finer than the category; used in messages and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    Timeout,
+    Connect,
+    Dns,
+    Http,
+    RateLimited,
+    Tls,
+    Body,
+    InvalidUrl,
+    InvalidCredentials,
+    Other,
+}
+
+/// A classified poll failure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PollError {
+    pub category: ErrorCategory,
+    pub kind: ErrorKind,
+    /// Short, operator-facing, one line.
+    pub message: String,
+    pub status: Option<u16>,
+    /// From a `Retry-After` header (seconds or HTTP date), already capped.
+    #[serde(default, with = "duration_str::option")]
+    pub retry_after: Option<Duration>,
+}
+
+impl PollError {
+    pub fn new(category: ErrorCategory, kind: ErrorKind, message: impl Into<String>) -> Self {
+        PollError {
+            category,
+            kind,
+            message: message.into(),
+            status: None,
+            retry_after: None,
+        }
+    }
+    /// A 429 is a rate signal: counted as transient, but it never advances
+    /// the failure streak.
+    pub fn is_rate_limited(&self) -> bool {
+        self.kind == ErrorKind::RateLimited
+    }
+}
+
+impl fmt::Display for PollError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A successful poll.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PollSuccess {
+    pub status: u16,
+    /// First 8 bytes of the SHA-256 of the body: change detection. For a
+    /// fan-out, a digest over the successful items' digests, in item order.
+    pub digest: u64,
+    pub body_bytes: u64,
+    /// What a `shape_from` group learned: the length of the array its JSON
+    /// pointer names, and the items' `item_field` values.
+    pub shape: Option<ShapeUpdate>,
+    /// Fan-out items that failed in a run that still succeeded (at least one
+    /// item did).
+    pub failed_items: Vec<FailedItem>,
+    /// The body, for a group with `forward = true` (to ship to the event
+    /// sink); for a fan-out, a JSON object of the items' bodies by item.
+    pub body: Option<Vec<u8>>,
+}
+
+/// A shape count learned from a response.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ShapeUpdate {
+    pub count: u64,
+    /// The values of `item_field` in array order; empty without `item_field`.
+    pub items: Vec<String>,
+}
+
+/// One failed item of a fan-out run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedItem {
+    pub item: String,
+    pub error: PollError,
+}
+
+pub type PollResult = Result<PollSuccess, PollError>;

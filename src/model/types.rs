@@ -1,0 +1,214 @@
+//! Instance types and their endpoint groups (`[[types]]`, the presets).
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[allow(unused_imports)]
+use super::*;
+
+/// One fetch a type makes (§1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupDef {
+    pub name: String,
+    #[serde(default)]
+    pub path: String,
+    #[serde(default = "default_priority")]
+    pub priority: u8,
+    #[serde(with = "duration_str", default = "default_floor")]
+    pub floor: Duration,
+    #[serde(default = "default_cost")]
+    pub cost: f64,
+    #[serde(default = "default_true")]
+    pub gated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled_when: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape_from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_field: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan_out: Option<String>,
+    #[serde(default)]
+    pub forward: bool,
+}
+
+fn default_priority() -> u8 {
+    3
+}
+fn default_floor() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_cost() -> f64 {
+    1.0
+}
+pub(crate) fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TypeDef {
+    pub name: String,
+    #[serde(default)]
+    pub groups: Vec<GroupDef>,
+}
+
+impl GroupDef {
+    /// A gated group with cost 1 and no shape, fan-out or forwarding.
+    pub fn new(name: &str, path: &str, priority: u8, floor: Duration) -> Self {
+        GroupDef {
+            name: name.into(),
+            path: path.into(),
+            priority,
+            floor,
+            cost: 1.0,
+            gated: true,
+            enabled_when: None,
+            shape_from: None,
+            item_field: None,
+            fan_out: None,
+            forward: false,
+        }
+    }
+}
+
+impl TypeDef {
+    /// The built-in `http` type: one group `probe`, GET the instance url,
+    /// priority 1, floor 5 s, cost 1.
+    pub fn builtin_http() -> TypeDef {
+        TypeDef {
+            name: "http".into(),
+            groups: vec![GroupDef::new("probe", "", 1, Duration::from_secs(5))],
+        }
+    }
+
+    pub fn validate(&self, field: &str) -> Result<(), FieldError> {
+        if !valid_name(&self.name) {
+            return Err(FieldError::new(format!("{field}.name"), &self.name, NAME_RULE));
+        }
+        if self.groups.is_empty() {
+            return Err(FieldError::new(
+                format!("{field}.groups"),
+                "[]",
+                "a type needs at least one group",
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, g) in self.groups.iter().enumerate() {
+            let gf = format!("{field}.groups[{i}]");
+            if !valid_name(&g.name) {
+                return Err(FieldError::new(format!("{gf}.name"), &g.name, NAME_RULE));
+            }
+            if !seen.insert(g.name.as_str()) {
+                return Err(FieldError::new(
+                    format!("{gf}.name"),
+                    &g.name,
+                    "duplicate group name in this type",
+                ));
+            }
+            if !(1..=4).contains(&g.priority) {
+                return Err(FieldError::new(
+                    format!("{gf}.priority"),
+                    g.priority,
+                    "must be 1, 2, 3 or 4",
+                ));
+            }
+            if g.floor.is_zero() {
+                return Err(FieldError::new(
+                    format!("{gf}.floor"),
+                    "0s",
+                    "must be greater than zero",
+                ));
+            }
+            if !(g.cost.is_finite() && g.cost > 0.0) {
+                return Err(FieldError::new(
+                    format!("{gf}.cost"),
+                    g.cost,
+                    "must be a positive number",
+                ));
+            }
+            if let Some(p) = &g.shape_from
+                && !(p.is_empty() || p.starts_with('/'))
+            {
+                return Err(FieldError::new(
+                    format!("{gf}.shape_from"),
+                    p,
+                    "must be a JSON pointer: empty (the whole body) or starting with '/'",
+                ));
+            }
+            if g.item_field.is_some() && g.shape_from.is_none() {
+                return Err(FieldError::new(
+                    format!("{gf}.item_field"),
+                    g.item_field.as_deref().unwrap_or_default(),
+                    "needs shape_from",
+                ));
+            }
+            let learned = |name: &str| self.groups.iter().find(|o| o.name == name && o.shape_from.is_some());
+            if let Some(w) = &g.enabled_when
+                && learned(w).is_none()
+            {
+                return Err(FieldError::new(
+                    format!("{gf}.enabled_when"),
+                    w,
+                    "must name a group of this type that has shape_from",
+                ));
+            }
+            let has_item = g.path.contains("{item}");
+            match &g.fan_out {
+                Some(f) => {
+                    match learned(f) {
+                        None => {
+                            return Err(FieldError::new(
+                                format!("{gf}.fan_out"),
+                                f,
+                                "must name a group of this type that has shape_from",
+                            ));
+                        }
+                        Some(src) if src.item_field.is_none() => {
+                            return Err(FieldError::new(
+                                format!("{gf}.fan_out"),
+                                f,
+                                format!("group {f:?} needs item_field to name the items"),
+                            ));
+                        }
+                        Some(_) => {}
+                    }
+                    if !has_item {
+                        return Err(FieldError::new(
+                            format!("{gf}.path"),
+                            &g.path,
+                            "a fan_out group's path must contain {item}",
+                        ));
+                    }
+                }
+                None if has_item => {
+                    return Err(FieldError::new(
+                        format!("{gf}.path"),
+                        &g.path,
+                        "{item} is only allowed with fan_out",
+                    ));
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a secret shows as wherever it is displayed or returned (API, pages,
+/// logs, errors). A URL password or sink header value sent back as exactly
+/// this keeps the stored one, so an edit form round-trips without the secret.
+pub const HIDDEN: &str = "(hidden)";
+
+pub const NAME_RULE: &str =
+    "must be 1-64 characters of letters, digits, '-', '_' or '.', starting with a letter or digit";
+
+/// Names of instances, types, groups and pools: safe in URLs, metric labels and keys.
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
