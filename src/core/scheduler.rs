@@ -3,21 +3,26 @@
 //! operator actions. Pure: the engine passes `now` and an RNG in and does all
 //! I/O (polling, storing, metrics) with what comes out.
 //!
+//! Words: *prepare* is computing a change on a copy, before the engine
+//! commits it; *freeze* keeps a task still while an operator action on it
+//! is committed. (The budget *plan* and the plan's *holds* — shed, profile,
+//! shape — are another matter: `TaskMeta::planned` and `TaskMeta::hold`.)
+//!
 //! Invariants: a task is either queued, in flight, or parked (discarded or
 //! disabled) — never two at once, so it never runs twice concurrently; the
-//! queue holds exactly the queued tasks. A held task (an operator action on
+//! queue holds exactly the queued tasks. A frozen task (an operator action on
 //! it is being committed) is never queued.
 //!
 //! A dead-letter move must be durable before anyone sees it, so completion is
-//! split in two: [`Scheduler::plan_completion`] computes the new record without
+//! split in two: [`Scheduler::prepare_completion`] computes the new record without
 //! changing anything, the engine commits it, then [`Scheduler::apply`] makes it
 //! visible (or [`Scheduler::keep_unmoved`], if the commit failed, ends the poll
 //! without the move). While that happens the task is still in flight, so
 //! nothing else can touch it. Operator actions are split the same way:
-//! [`Scheduler::plan_op`] computes the record, [`Scheduler::hold`] keeps the
+//! [`Scheduler::prepare_op`] computes the record, [`Scheduler::freeze`] keeps the
 //! task off the schedule while the engine commits it, and
 //! [`Scheduler::apply_op`] (or [`Scheduler::release`], if the commit failed)
-//! ends the hold.
+//! ends the freeze.
 
 use super::bucket::TokenBucket;
 use super::queue::{QueueEntry, TaskQueue};
@@ -47,7 +52,7 @@ pub struct Task {
     pub reserved: bool,
     /// An operator action on it is being committed: it stays off the queue
     /// and is not re-timed until the action is applied or released.
-    pub held: bool,
+    pub frozen: bool,
     /// The time it was due before its pool's bucket deferred it (for the
     /// budget-wait figure). The cadence continues from the slot it got, so
     /// tasks that fell due together spread out over the pool's rate
@@ -81,7 +86,7 @@ pub struct Dispatch {
 
 /// A completion computed but not yet applied.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Planned {
+pub struct Prepared {
     pub key: TaskKey,
     pub record: TaskRecord,
     pub transition: Transition,
@@ -183,7 +188,7 @@ impl Scheduler {
     fn enqueue(&mut self, key: &TaskKey, now: Timestamp) {
         if let Some(t) = self.tasks.get(key)
             && t.in_flight.is_none()
-            && !t.held
+            && !t.frozen
             && !t.is_parked()
         {
             let e = self.entry(t, now);
@@ -240,7 +245,7 @@ impl Scheduler {
                 placed_at: now,
                 removed: false,
                 reserved: false,
-                held: false,
+                frozen: false,
                 deferred_from: None,
                 spread_next: stored_none_cold,
             },
@@ -383,13 +388,13 @@ impl Scheduler {
     }
 
     /// Compute what a finished poll does, without changing anything.
-    pub fn plan_completion<R: Rng + ?Sized>(
+    pub fn prepare_completion<R: Rng + ?Sized>(
         &self,
         key: &TaskKey,
         result: &PollResult,
         now: Timestamp,
         rng: &mut R,
-    ) -> Option<Planned> {
+    ) -> Option<Prepared> {
         let t = self.tasks.get(key)?;
         let due = t.in_flight?;
         let mut rec = t.rec.clone();
@@ -408,7 +413,7 @@ impl Scheduler {
                 task::on_failure(&mut rec, err, now, &self.settings.failure, rng)
             }
         };
-        Some(Planned {
+        Some(Prepared {
             key: key.clone(),
             record: rec,
             transition,
@@ -416,19 +421,19 @@ impl Scheduler {
         })
     }
 
-    /// Make a planned completion visible and queue the task again.
-    pub fn apply(&mut self, planned: Planned, now: Timestamp) {
+    /// Make a prepared completion visible and queue the task again.
+    pub fn apply(&mut self, planned: Prepared, now: Timestamp) {
         let record = planned.record;
         self.finish(planned.key, now, |rec| *rec = record);
     }
 
-    /// The commit of a planned dead-letter move failed: the task leaves
+    /// The commit of a prepared dead-letter move failed: the task leaves
     /// flight with the record it had, so nothing shows a move that is not on
     /// disk, and the move is planned afresh when the task next completes.
     /// It is due again when the plan would have run it, not at once: a store
     /// that keeps failing is then retried, and the target polled, no faster
     /// than the task's own cadence.
-    pub fn keep_unmoved(&mut self, planned: Planned, now: Timestamp) {
+    pub fn keep_unmoved(&mut self, planned: Prepared, now: Timestamp) {
         let next_run = planned.record.next_run;
         self.finish(planned.key, now, |rec| {
             rec.next_run = next_run;
@@ -463,7 +468,7 @@ impl Scheduler {
         self.enqueue(&key, now);
     }
 
-    /// plan + apply, for completions that need no commit in between.
+    /// prepare + apply, for completions that need no commit in between.
     pub fn complete<R: Rng + ?Sized>(
         &mut self,
         key: &TaskKey,
@@ -471,7 +476,7 @@ impl Scheduler {
         now: Timestamp,
         rng: &mut R,
     ) -> Option<Transition> {
-        let p = self.plan_completion(key, result, now, rng)?;
+        let p = self.prepare_completion(key, result, now, rng)?;
         let tr = p.transition.clone();
         self.apply(p, now);
         Some(tr)
@@ -496,7 +501,7 @@ impl Scheduler {
         let Some(t) = self.tasks.get_mut(key) else {
             return;
         };
-        if t.in_flight.is_some() || t.held || t.is_parked() {
+        if t.in_flight.is_some() || t.frozen || t.is_parked() {
             return;
         }
         let anchor = t.rec.last_attempt.unwrap_or(t.placed_at);
@@ -529,7 +534,7 @@ impl Scheduler {
     /// What operator action `op` makes of a task's record, computed on a
     /// copy: nothing changes until [`Scheduler::apply_op`], so the engine can
     /// commit the record before anything shows it.
-    pub fn plan_op(&self, key: &TaskKey, op: OperatorOp, now: Timestamp) -> Result<TaskRecord, OpError> {
+    pub fn prepare_op(&self, key: &TaskKey, op: OperatorOp, now: Timestamp) -> Result<TaskRecord, OpError> {
         let t = self.tasks.get(key).ok_or_else(|| OpError::NotFound(key.to_string()))?;
         let mut rec = t.rec.clone();
         match op {
@@ -559,12 +564,12 @@ impl Scheduler {
         Ok(rec)
     }
 
-    /// Keep a task off the schedule while a planned operator action is
+    /// Freeze a task while a prepared operator action is
     /// committed: it is not dispatched or re-timed, and keeps showing its
     /// old record, until [`Scheduler::apply_op`] or [`Scheduler::release`].
-    pub fn hold(&mut self, key: &TaskKey) {
+    pub fn freeze(&mut self, key: &TaskKey) {
         if let Some(t) = self.tasks.get_mut(key) {
-            t.held = true;
+            t.frozen = true;
             self.queue.remove(key);
         }
     }
@@ -577,7 +582,7 @@ impl Scheduler {
         let Some(t) = self.tasks.get_mut(key) else {
             return;
         };
-        t.held = false;
+        t.frozen = false;
         if t.in_flight.is_none() {
             t.rec = rec;
         }
@@ -588,19 +593,19 @@ impl Scheduler {
         }
     }
 
-    /// The commit of a planned operator action failed: the task goes back on
+    /// The commit of a prepared operator action failed: the task goes back on
     /// its schedule as it was.
     pub fn release(&mut self, key: &TaskKey, now: Timestamp) {
         if let Some(t) = self.tasks.get_mut(key) {
-            t.held = false;
+            t.frozen = false;
             self.enqueue(key, now);
         }
     }
 
-    /// [`Scheduler::plan_op`] and [`Scheduler::apply_op`] at once, the
+    /// [`Scheduler::prepare_op`] and [`Scheduler::apply_op`] at once, the
     /// record left for the next group commit (for callers with no store).
     pub fn operate(&mut self, key: &TaskKey, op: OperatorOp, now: Timestamp) -> Result<TaskRecord, OpError> {
-        let rec = self.plan_op(key, op, now)?;
+        let rec = self.prepare_op(key, op, now)?;
         self.apply_op(key, rec.clone(), now);
         self.dirty.insert(key.clone());
         Ok(rec)
@@ -972,7 +977,7 @@ mod tests {
         let now = Timestamp(SEC);
         s.place(k("a"), meta(5), None, now, true);
         let d = s.pop_due(now).expect("due");
-        let p = s.plan_completion(&d.key, &fail(), now, &mut rng).expect("planned");
+        let p = s.prepare_completion(&d.key, &fail(), now, &mut rng).expect("planned");
         assert!(p.transition.must_commit());
         assert!(s.dead_letters().is_empty(), "not visible before apply");
         s.apply(p, now);
@@ -991,7 +996,7 @@ mod tests {
         s.place(k("a"), meta(5), None, now, true);
         let d = s.pop_due(now).expect("due");
         let before = s.get(&k("a")).map(|t| t.rec.clone()).expect("task");
-        let p = s.plan_completion(&d.key, &fail(), now, &mut rng).expect("planned");
+        let p = s.prepare_completion(&d.key, &fail(), now, &mut rng).expect("planned");
         assert!(p.transition.must_commit());
         let planned_run = p.record.next_run;
         assert!(planned_run > now);
@@ -1014,7 +1019,7 @@ mod tests {
         // Its next completion plans the move again.
         let d = s.pop_due(planned_run).expect("due again");
         let p = s
-            .plan_completion(&d.key, &fail(), planned_run, &mut rng)
+            .prepare_completion(&d.key, &fail(), planned_run, &mut rng)
             .expect("planned");
         assert!(p.transition.must_commit());
         s.apply(p, planned_run);
@@ -1033,7 +1038,9 @@ mod tests {
         s.complete(&d.key, &fail(), now, &mut rng);
         let recheck = s.get(&k("a")).map(|t| t.rec.next_run).expect("task");
         let d = s.pop_due(recheck).expect("recheck due");
-        let p = s.plan_completion(&d.key, &ok(1), recheck, &mut rng).expect("planned");
+        let p = s
+            .prepare_completion(&d.key, &ok(1), recheck, &mut rng)
+            .expect("planned");
         assert!(p.transition.must_commit(), "a recovery is a move");
         let planned_run = p.record.next_run;
 
@@ -1060,16 +1067,16 @@ mod tests {
         let before = s.get(&k("a")).cloned().expect("task");
         let _ = s.take_dirty();
 
-        // Planned: the record says discarded, the scheduler does not.
+        // Prepared: the record says discarded, the scheduler does not.
         let later = now.plus(Duration::from_secs(60));
-        let rec = s.plan_op(&k("a"), OperatorOp::Discard, later).expect("planned");
+        let rec = s.prepare_op(&k("a"), OperatorOp::Discard, later).expect("planned");
         assert!(rec.disabled && rec.dead_letter.is_none());
         assert_eq!(s.get(&k("a")), Some(&before));
         assert_eq!(s.dead_letters().len(), 1);
 
         // Held while it is committed: still listed, never dispatched, and
         // not put back on the queue by a re-timing.
-        s.hold(&k("a"));
+        s.freeze(&k("a"));
         assert_eq!(s.dead_letters().len(), 1);
         assert_eq!(s.queue_len(), 0);
         let recheck = before.rec.next_run;
@@ -1088,14 +1095,14 @@ mod tests {
 
         // A committed one becomes visible at once, and is not left for the
         // group commit (it is on disk already).
-        s.hold(&k("a"));
+        s.freeze(&k("a"));
         s.apply_op(&k("a"), rec.clone(), later);
         assert!(s.dead_letters().is_empty());
         assert_eq!(s.get(&k("a")).map(|t| &t.rec), Some(&rec));
         assert_eq!(s.queue_len(), 0, "a discarded task stays off the queue");
         assert!(s.take_dirty().0.is_empty());
-        let rec = s.plan_op(&k("a"), OperatorOp::Enable, later).expect("enable");
-        s.hold(&k("a"));
+        let rec = s.prepare_op(&k("a"), OperatorOp::Enable, later).expect("enable");
+        s.freeze(&k("a"));
         s.apply_op(&k("a"), rec, later);
         assert_eq!(s.pop_due(later).map(|d| d.key), Some(k("a")));
     }

@@ -29,7 +29,7 @@ mod tests;
 
 use crate::config::SinkConfig;
 use crate::core::Scheduler;
-use crate::core::scheduler::{OpError, OperatorOp, Planned};
+use crate::core::scheduler::{OpError, OperatorOp, Prepared};
 use crate::core::task::{DeadLetterMove, Transition};
 use crate::metrics::Metrics;
 use crate::model::{
@@ -313,8 +313,8 @@ impl Shared {
         let now = self.now();
         let (rec, type_name) = {
             let mut s = self.sched();
-            let rec = s.plan_op(key, op, now)?;
-            s.hold(key);
+            let rec = s.prepare_op(key, op, now)?;
+            s.freeze(key);
             (rec, s.get(key).map(|t| t.meta.type_name.clone()))
         };
         let what = match op {
@@ -748,7 +748,7 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     // move is planned here and applied only after it is committed.
     let (planned, wake) = {
         let mut s = shared.sched();
-        let planned = match s.plan_completion(&key, &result, now, &mut *lock(&shared.rng)) {
+        let planned = match s.prepare_completion(&key, &result, now, &mut *lock(&shared.rng)) {
             Some(p) if !p.transition.must_commit() => {
                 let info = (p.transition.clone(), p.meta.clone());
                 let events = change_events(&shared.sink, &p, &result, now);
@@ -829,7 +829,7 @@ fn emit_poll_events(
 /// The change events of a planned completion, as outbox rows: a breaker
 /// transition and a dead-letter move (none while the sink is off). Cheap
 /// when there is no transition, which is almost always.
-fn change_events(sink: &Sink, p: &Planned, result: &PollResult, now: Timestamp) -> Vec<OutboxEvent> {
+fn change_events(sink: &Sink, p: &Prepared, result: &PollResult, now: Timestamp) -> Vec<OutboxEvent> {
     let t = &p.transition;
     if (t.breaker.is_none() && t.dead_letter.is_none()) || !sink.is_enabled() {
         return Vec::new();
@@ -875,7 +875,7 @@ fn change_events(sink: &Sink, p: &Planned, result: &PollResult, now: Timestamp) 
 /// (or an exit) that a crash could lose. The task keeps its record and is
 /// due again when the plan said, and the move is planned afresh then.
 /// Returns what the completion did.
-async fn commit_then_apply(shared: &Shared, p: Planned, events: Vec<OutboxEvent>, now: Timestamp) -> Transition {
+async fn commit_then_apply(shared: &Shared, p: Prepared, events: Vec<OutboxEvent>, now: Timestamp) -> Transition {
     let _w = shared.write_lock.lock().await;
     let row = vec![(p.key.clone(), Some(p.record.clone()))];
     let result = shared.write_tasks(row, events).await;

@@ -75,7 +75,7 @@ async fn an_operator_action_that_cannot_be_committed_changes_nothing() {
         let s = shared.sched();
         let t = s.get(&key).expect("task");
         assert_eq!(t.rec, rec, "{op:?}: the record is unchanged");
-        assert!(!t.held, "{op:?}: released");
+        assert!(!t.frozen, "{op:?}: released");
         assert_eq!(s.dead_letters().len(), 1, "{op:?}: still listed");
         assert_eq!(
             s.next_wakeup(),
@@ -198,7 +198,7 @@ fn planned_completion(
     key: &TaskKey,
     result: &crate::model::PollResult,
     now: Timestamp,
-) -> crate::core::scheduler::Planned {
+) -> crate::core::scheduler::Prepared {
     let mut s = shared.sched();
     s.place(
         key.clone(),
@@ -208,7 +208,7 @@ fn planned_completion(
         true,
     );
     let d = s.pop_due(now).expect("due");
-    s.plan_completion(&d.key, result, now, &mut rand::rng())
+    s.prepare_completion(&d.key, result, now, &mut rand::rng())
         .expect("planned")
 }
 
