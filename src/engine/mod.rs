@@ -22,6 +22,7 @@ pub mod budget;
 pub mod catalog;
 pub mod plan;
 pub mod settings;
+pub mod snapshot;
 
 #[cfg(test)]
 mod tests;
@@ -124,7 +125,8 @@ impl Shared {
         let scheduler = Arc::new(Mutex::new(Scheduler::new(settings)));
         let budgets = Arc::new(Mutex::new(BudgetState::default()));
         let catalog = Arc::new(RwLock::new(Arc::new(catalog)));
-        let metrics = Metrics::new(scheduler.clone(), budgets.clone(), catalog.clone())?;
+        let snapshots = snapshot::SnapshotSource::new(scheduler.clone(), budgets.clone());
+        let metrics = Metrics::new(snapshots, catalog.clone())?;
         let sink_config = Mutex::new(sink.clone());
         let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);
         sink.attach_outbox(store.clone());
