@@ -5,6 +5,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use pollster::core::Scheduler;
 use pollster::engine::catalog::Catalog;
+use pollster::engine::snapshot::SnapshotSource;
 use pollster::metrics::Metrics;
 use pollster::model::{InstanceConfig, MonitoringSettings, TaskKey, TypeDef};
 use rand::rngs::SmallRng;
@@ -46,12 +47,11 @@ fn per_poll(c: &mut Criterion) {
 
     // One task's poll series looked up per poll, among 100k.
     let http: Arc<str> = Arc::from("http");
-    let metrics = Metrics::new(
+    let snapshots = SnapshotSource::new(
         Arc::new(Mutex::new(Scheduler::new(MonitoringSettings::default()))),
         Default::default(),
-        Default::default(),
-    )
-    .expect("the metrics registry builds");
+    );
+    let metrics = Metrics::new(snapshots, Default::default()).expect("the metrics registry builds");
     for k in &keys {
         metrics.observe_poll(&http, k, 0.001, None);
     }

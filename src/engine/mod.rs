@@ -23,6 +23,7 @@ pub mod catalog;
 pub mod plan;
 pub mod ports;
 pub mod settings;
+pub mod snapshot;
 
 #[cfg(test)]
 mod tests;
@@ -133,7 +134,8 @@ impl Shared {
         let scheduler = Arc::new(Mutex::new(Scheduler::new(settings)));
         let budgets = Arc::new(Mutex::new(BudgetState::default()));
         let catalog = Arc::new(RwLock::new(Arc::new(catalog)));
-        let metrics = Metrics::new(scheduler.clone(), budgets.clone(), catalog.clone())?;
+        let snapshots = snapshot::SnapshotSource::new(scheduler.clone(), budgets.clone());
+        let metrics = Metrics::new(snapshots, catalog.clone())?;
         let sink_config = Mutex::new(sink.clone());
         let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);
         sink.attach_outbox(store.clone());

@@ -3,17 +3,18 @@
 //!
 //! Counters and histograms are updated by the workers as polls finish. Gauges
 //! that describe the state of every task (staleness, last success, breaker
-//! state, queue depth, cadence) are computed at scrape time from a snapshot of
-//! the scheduler, so the poll path pays nothing for them.
+//! state, queue depth, cadence, the pools' plans) are computed at scrape time
+//! from the engine's read model ([`crate::engine::snapshot::Snapshot`], the
+//! one the health API and the dashboard show), so the poll path pays nothing
+//! for them.
 
 mod series;
 
 pub use series::PollSeries;
 use series::{family, gauge, labels};
 
-use crate::core::Scheduler;
-use crate::engine::budget::BudgetState;
 use crate::engine::catalog::Catalog;
+use crate::engine::snapshot::{Detail, PoolFigures, SnapshotSource};
 use crate::model::{ErrorCategory, TaskKey, Timestamp};
 use prometheus::core::{Collector, Desc};
 use prometheus::{
@@ -21,7 +22,7 @@ use prometheus::{
     proto,
 };
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 /// Poll duration buckets, 10 ms … 30 s.
 pub const DURATION_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
@@ -46,11 +47,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(
-        scheduler: Arc<Mutex<Scheduler>>,
-        budgets: Arc<Mutex<BudgetState>>,
-        catalog: Arc<RwLock<Arc<Catalog>>>,
-    ) -> Result<Metrics, prometheus::Error> {
+    pub fn new(snapshots: SnapshotSource, catalog: Arc<RwLock<Arc<Catalog>>>) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
         registry.register(Box::new(InfoCollector::new(catalog)?))?;
         let rate_limited = IntCounterVec::new(
@@ -83,7 +80,6 @@ impl Metrics {
             logins.with_label_values(&[r]);
         }
         registry.register(Box::new(logins.clone()))?;
-        registry.register(Box::new(PlanCollector::new(budgets)?))?;
         let poll = Arc::new(PollSeries::new()?);
         let dispatch_lateness = prometheus::Histogram::with_opts(
             HistogramOpts::new(
@@ -94,7 +90,7 @@ impl Metrics {
         )?;
         registry.register(Box::new(dispatch_lateness.clone()))?;
         registry.register(Box::new(SharedCollector(poll.clone())))?;
-        registry.register(Box::new(StateCollector::new(scheduler)?))?;
+        registry.register(Box::new(SnapshotCollector::new(snapshots)?))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(Metrics {
@@ -138,14 +134,15 @@ impl<C: Collector> Collector for SharedCollector<C> {
     }
 }
 
-/// Gauges derived from the scheduler's state at scrape time. The per-task
-/// families are built straight from a copy of the scheduler's figures, not
-/// kept in gauge vectors between scrapes.
-struct StateCollector {
-    scheduler: Arc<Mutex<Scheduler>>,
+/// Gauges derived from a [`Snapshot`] taken at scrape time: one snapshot per
+/// scrape feeds the per-task families (built straight from its rows, not
+/// kept in gauge vectors between scrapes), the counts and every pool's plan.
+struct SnapshotCollector {
+    snapshots: SnapshotSource,
     queue_depth: IntGauge,
     inflight: IntGaugeVec,
     dead_letter: IntGauge,
+    plan: PlanGauges,
     descs: Vec<Desc>,
 }
 
@@ -175,8 +172,8 @@ fn desc((name, help): (&str, &str), label_names: &[&str]) -> Result<Desc, promet
     )
 }
 
-impl StateCollector {
-    fn new(scheduler: Arc<Mutex<Scheduler>>) -> Result<Self, prometheus::Error> {
+impl SnapshotCollector {
+    fn new(snapshots: SnapshotSource) -> Result<Self, prometheus::Error> {
         let task_labels = ["instance_type", "instance", "group"];
         let queue_depth = IntGauge::new(
             "pollster_monitor_poll_queue_depth",
@@ -187,6 +184,7 @@ impl StateCollector {
             &["instance_type"],
         )?;
         let dead_letter = IntGauge::new("pollster_monitor_dead_letter_tasks", "Tasks in the dead-letter queue.")?;
+        let plan = PlanGauges::new()?;
         let mut descs = vec![
             desc(STALENESS, &task_labels)?,
             desc(LAST_SUCCESS, &task_labels)?,
@@ -196,89 +194,63 @@ impl StateCollector {
         for c in [&queue_depth as &dyn Collector, &inflight, &dead_letter] {
             descs.extend(c.desc().into_iter().cloned());
         }
-        Ok(StateCollector {
-            scheduler,
+        for c in plan.collectors() {
+            descs.extend(c.desc().into_iter().cloned());
+        }
+        Ok(SnapshotCollector {
+            snapshots,
             queue_depth,
             inflight,
             dead_letter,
+            plan,
             descs,
         })
     }
 }
 
-impl Collector for StateCollector {
+impl Collector for SnapshotCollector {
     fn desc(&self) -> Vec<&Desc> {
         self.descs.iter().collect()
     }
 
     fn collect(&self) -> Vec<proto::MetricFamily> {
         let now = Timestamp::now();
-        self.inflight.reset();
-        // Copy what the gauges need out under the scheduler lock, then build
-        // the series without it: a scrape must not hold up dispatching.
-        struct Row {
-            type_name: Arc<str>,
-            instance: Arc<str>,
-            group: Arc<str>,
-            age: f64,
-            last_success: Option<f64>,
-            state: &'static str,
-            interval: f64,
-        }
-        let (rows, busy, queue_len, dead) = {
-            let Ok(s) = self.scheduler.lock() else {
-                return Vec::new();
-            };
-            let rows: Vec<Row> = s
-                .tasks()
-                .filter(|t| !t.rec.disabled)
-                .map(|t| Row {
-                    type_name: t.meta.type_name.clone(),
-                    instance: t.key.instance.clone(),
-                    group: t.key.group.clone(),
-                    age: now.since(t.rec.last_success.unwrap_or(t.placed_at)).as_secs_f64(),
-                    last_success: t.rec.last_success.map(|ls| ls.as_secs_f64()),
-                    state: crate::core::task::breaker_at(&t.rec, now).as_str(),
-                    interval: s.interval_of(t).as_secs_f64(),
-                })
-                .collect();
-            (rows, s.in_flight_per_type(), s.queue_len(), s.dead_letters().len())
-        };
+        let snap = self.snapshots.take(now, Detail::EveryTask);
+        let rows = &snap.every_task;
         let mut staleness = Vec::with_capacity(rows.len());
         let mut last_success = Vec::with_capacity(rows.len());
         let mut breaker = Vec::with_capacity(rows.len());
         let mut cadence: BTreeMap<&str, f64> = BTreeMap::new();
-        for r in &rows {
+        for r in rows {
             let task = [
                 ("instance_type", &*r.type_name),
-                ("instance", &*r.instance),
-                ("group", &*r.group),
+                ("instance", &*r.key.instance),
+                ("group", &*r.key.group),
             ];
-            staleness.push(gauge(labels(&task), r.age));
+            staleness.push(gauge(labels(&task), r.age.as_secs_f64()));
             if let Some(ls) = r.last_success {
-                last_success.push(gauge(labels(&task), ls));
+                last_success.push(gauge(labels(&task), ls.as_secs_f64()));
             }
             let mut with_state = labels(&task);
-            with_state.extend(labels(&[("state", r.state)]));
+            with_state.extend(labels(&[("state", r.breaker.as_str())]));
             breaker.push(gauge(with_state, 1.0));
-            let c = cadence.entry(&r.instance).or_insert(r.interval);
-            *c = c.min(r.interval);
+            let interval = r.interval.as_secs_f64();
+            let c = cadence.entry(&r.key.instance).or_insert(interval);
+            *c = c.min(interval);
         }
         let cadence = cadence
             .into_iter()
             .map(|(inst, secs)| gauge(labels(&[("instance", inst)]), secs))
             .collect();
-        // Every type with tasks gets a series, 0 when idle, so the family is
-        // always present.
-        let mut types: Vec<&str> = rows.iter().map(|r| &*r.type_name).collect();
-        types.sort_unstable();
-        types.dedup();
-        for ty in types {
-            let n = busy.get(ty).copied().unwrap_or(0);
-            self.inflight.with_label_values(&[ty]).set(n as i64);
+        // Every type with enabled tasks gets a series, 0 when idle, so the
+        // family is always present.
+        self.inflight.reset();
+        for t in snap.per_type.iter().filter(|t| t.tasks > 0) {
+            self.inflight.with_label_values(&[&*t.name]).set(t.in_flight as i64);
         }
-        self.queue_depth.set(queue_len as i64);
-        self.dead_letter.set(dead as i64);
+        self.queue_depth.set(snap.queue.depth as i64);
+        self.dead_letter.set(snap.dead_letter_count as i64);
+        self.plan.set(&snap.pools);
         let mut out = vec![
             family(STALENESS.0, STALENESS.1, proto::MetricType::GAUGE, staleness),
             family(LAST_SUCCESS.0, LAST_SUCCESS.1, proto::MetricType::GAUGE, last_success),
@@ -288,13 +260,16 @@ impl Collector for StateCollector {
         for c in [&self.queue_depth as &dyn Collector, &self.inflight, &self.dead_letter] {
             out.extend(c.collect());
         }
+        for c in self.plan.collectors() {
+            out.extend(c.collect());
+        }
         out
     }
 }
 
-/// The solved plan of every budget pool (§2, §6), read at scrape time.
-struct PlanCollector {
-    budgets: Arc<Mutex<BudgetState>>,
+/// The solved plan of every budget pool (§2, §6), set from a snapshot's
+/// pools at scrape time.
+struct PlanGauges {
     interval: GaugeVec,
     stretch: GaugeVec,
     demand: GaugeVec,
@@ -303,11 +278,10 @@ struct PlanCollector {
     utilization: GaugeVec,
     over_budget: IntGaugeVec,
     shed: IntGaugeVec,
-    descs: Vec<Desc>,
 }
 
-impl PlanCollector {
-    fn new(budgets: Arc<Mutex<BudgetState>>) -> Result<Self, prometheus::Error> {
+impl PlanGauges {
+    fn new() -> Result<Self, prometheus::Error> {
         let group = &["pool", "group"];
         let pool = &["pool"];
         let g = |name: &str, help: &str, labels: &[&str]| GaugeVec::new(Opts::new(name, help), labels);
@@ -355,21 +329,7 @@ impl PlanCollector {
             ),
             pool,
         )?;
-        let mut descs = Vec::new();
-        for c in [
-            &interval as &dyn Collector,
-            &stretch,
-            &demand,
-            &budget,
-            &effective,
-            &utilization,
-            &over_budget,
-            &shed,
-        ] {
-            descs.extend(c.desc().into_iter().cloned());
-        }
-        Ok(PlanCollector {
-            budgets,
+        Ok(PlanGauges {
             interval,
             stretch,
             demand,
@@ -378,17 +338,23 @@ impl PlanCollector {
             utilization,
             over_budget,
             shed,
-            descs,
         })
     }
-}
 
-impl Collector for PlanCollector {
-    fn desc(&self) -> Vec<&Desc> {
-        self.descs.iter().collect()
+    fn collectors(&self) -> [&dyn Collector; 8] {
+        [
+            &self.interval,
+            &self.stretch,
+            &self.demand,
+            &self.budget,
+            &self.effective,
+            &self.utilization,
+            &self.over_budget,
+            &self.shed,
+        ]
     }
 
-    fn collect(&self) -> Vec<proto::MetricFamily> {
+    fn set(&self, pools: &[PoolFigures]) {
         for v in [
             &self.interval,
             &self.stretch,
@@ -401,49 +367,21 @@ impl Collector for PlanCollector {
         }
         self.over_budget.reset();
         self.shed.reset();
-        {
-            let Ok(b) = self.budgets.lock() else {
-                return Vec::new();
-            };
-            for p in b.plans.values() {
-                let pool = p.name.as_str();
-                for g in &p.plan.groups {
-                    let group = format!("{}/{}", g.type_name, g.name);
-                    self.interval.with_label_values(&[pool, &group]).set(g.interval_s);
-                    self.stretch.with_label_values(&[pool, &group]).set(g.stretch_factor);
-                }
-                let effective = b.effective_rps(pool);
-                self.demand.with_label_values(&[pool]).set(p.plan.total_demand_rps);
-                self.budget.with_label_values(&[pool]).set(p.plan.budget_rps);
-                self.effective.with_label_values(&[pool]).set(effective);
-                let ratio = if effective > 0.0 {
-                    p.plan.total_demand_rps / effective
-                } else {
-                    0.0
-                };
-                self.utilization.with_label_values(&[pool]).set(ratio);
-                self.over_budget
-                    .with_label_values(&[pool])
-                    .set(i64::from(p.plan.over_budget));
-                self.shed
-                    .with_label_values(&[pool])
-                    .set(p.plan.groups.iter().filter(|g| g.shed).count() as i64);
+        for p in pools {
+            let pool = p.name.as_str();
+            for g in &p.groups {
+                self.interval.with_label_values(&[pool, &g.name]).set(g.interval_s);
+                self.stretch.with_label_values(&[pool, &g.name]).set(g.stretch_factor);
             }
+            self.demand.with_label_values(&[pool]).set(p.demand_rps);
+            self.budget.with_label_values(&[pool]).set(p.budget_rps);
+            self.effective.with_label_values(&[pool]).set(p.effective_rps);
+            self.utilization.with_label_values(&[pool]).set(p.utilization);
+            self.over_budget
+                .with_label_values(&[pool])
+                .set(i64::from(p.over_budget));
+            self.shed.with_label_values(&[pool]).set(p.shed as i64);
         }
-        let mut out = Vec::new();
-        for c in [
-            &self.interval as &dyn Collector,
-            &self.stretch,
-            &self.demand,
-            &self.budget,
-            &self.effective,
-            &self.utilization,
-            &self.over_budget,
-            &self.shed,
-        ] {
-            out.extend(c.collect());
-        }
-        out
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::health::dead_letter_json;
 use crate::core::scheduler::OperatorOp;
+use crate::engine::snapshot::DeadLetterEntry;
 use crate::model::TaskKey;
 use crate::web::AppState;
 use crate::web::auth::Principal;
@@ -46,7 +47,8 @@ pub async fn list(State(app): State<AppState>, QueryParams(p): QueryParams<Page>
         .iter()
         .skip((page - 1).saturating_mul(per_page))
         .take(per_page)
-        .map(|t| dead_letter_json(t))
+        .filter_map(|t| DeadLetterEntry::of(&t.key, &t.meta.type_name, &t.rec))
+        .map(|d| dead_letter_json(&d))
         .collect();
     Ok(Json(json!({
         "count": all.len(),

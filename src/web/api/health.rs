@@ -1,22 +1,18 @@
 //! Scheduler health (§6): `/healthz`, `/readyz` and
 //! `GET /api/monitoring/scheduler/health` in exactly the documented shape,
 //! plus `queue.inFlight` and `partial` (fan-out runs that succeeded with
-//! some items failing, and those items).
+//! some items failing, and those items). The document is the engine's
+//! [`Snapshot`](crate::engine::snapshot::Snapshot) in JSON, the same one the
+//! dashboard and `/metrics` show.
 
-use crate::core::task::breaker_at;
-use crate::model::{BreakerState, Timestamp};
+use crate::engine::snapshot::{DeadLetterEntry, Detail};
+use crate::model::Timestamp;
 use crate::web::AppState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
-use std::time::Duration;
-
-/// `dueWithinSeconds` counts tasks due within this window.
-pub const DUE_WINDOW: Duration = Duration::from_secs(12);
-/// `deadLetter.tasks` holds at most this many, most recent first.
-pub const DEAD_LETTER_SHOWN: usize = 25;
 
 pub async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
@@ -37,92 +33,52 @@ fn ts(t: Option<Timestamp>) -> Value {
 }
 
 /// One dead-letter entry as the API shows it.
-pub fn dead_letter_json(t: &crate::core::scheduler::Task) -> Value {
-    let dl = t.rec.dead_letter.as_ref();
+pub fn dead_letter_json(d: &DeadLetterEntry) -> Value {
+    let err = d.last_error.as_ref();
     json!({
-        "instance": &*t.key.instance,
-        "type": &*t.meta.type_name,
-        "group": &*t.key.group,
-        "nextRun": ts(dl.map(|d| d.next_recheck)),
-        "lastError": t.rec.last_error.as_ref().map(|e| e.message.clone()),
-        "failures": t.rec.failures,
-        "reason": dl.map(|d| d.reason),
-        "since": ts(dl.map(|d| d.since)),
-        "status": t.rec.last_error.as_ref().and_then(|e| e.status),
-        "category": t.rec.last_error.as_ref().map(|e| e.category),
-        "kind": t.rec.last_error.as_ref().map(|e| e.kind),
+        "instance": &*d.key.instance,
+        "type": &*d.type_name,
+        "group": &*d.key.group,
+        "nextRun": ts(Some(d.dead_letter.next_recheck)),
+        "lastError": err.map(|e| e.message.clone()),
+        "failures": d.failures,
+        "reason": d.dead_letter.reason,
+        "since": ts(Some(d.dead_letter.since)),
+        "status": err.and_then(|e| e.status),
+        "category": err.map(|e| e.category),
+        "kind": err.map(|e| e.kind),
     })
 }
 
-/// The health document, serialised.
+/// The health document, serialised: the engine's snapshot (taken under the
+/// scheduler lock), turned into JSON after the lock is released.
 pub fn health_document(app: &AppState, now: Timestamp) -> Vec<u8> {
-    /// What the per-task lists need of one task, copied out under the
-    /// scheduler lock so that building the document (sorting, JSON) does not
-    /// hold up dispatching and completions.
-    struct Row {
-        key: crate::model::TaskKey,
-        type_name: std::sync::Arc<str>,
-        breaker: BreakerState,
-        failures: u32,
-        retry_at: Option<Timestamp>,
-        last_success: Option<Timestamp>,
-        failed_items: Vec<crate::model::FailedItem>,
-    }
-    let (enabled, max_interval, per_type, depth, due, in_flight, dead_count, dead_shown, mut rows) = {
-        let s = app.shared.sched();
-        let settings = s.settings();
-        let per_type: serde_json::Map<String, Value> = s
-            .queued_per_type()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect();
-        let dead = s.dead_letters();
-        let dead_shown: Vec<Value> = dead
-            .iter()
-            .take(DEAD_LETTER_SHOWN)
-            .map(|t| dead_letter_json(t))
-            .collect();
-        let rows: Vec<Row> = s
-            .tasks()
-            .filter(|t| !t.rec.disabled)
-            .map(|t| Row {
-                key: t.key.clone(),
-                type_name: t.meta.type_name.clone(),
-                breaker: breaker_at(&t.rec, now),
-                failures: t.rec.failures,
-                retry_at: t.rec.retry_at,
-                last_success: t.rec.last_success,
-                failed_items: t.rec.failed_items.clone(),
+    let snap = app.shared.snapshot(now, Detail::EveryTask);
+    let per_type: serde_json::Map<String, Value> = snap
+        .per_type
+        .iter()
+        .filter(|t| t.queued > 0)
+        .map(|t| (t.name.to_string(), json!(t.queued)))
+        .collect();
+    let breakers: Vec<Value> = snap
+        .breakers
+        .iter()
+        .map(|b| {
+            json!({
+                "instance": &*b.key.instance,
+                "type": &*b.type_name,
+                "group": &*b.key.group,
+                "state": b.state.as_str(),
+                "failures": b.failures,
+                "retryAt": ts(b.retry_at),
             })
-            .collect();
-        (
-            settings.adaptive.enabled,
-            settings.adaptive.max_interval,
-            per_type,
-            s.queue_len(),
-            s.due_within(now, DUE_WINDOW),
-            s.in_flight(),
-            dead.len(),
-            dead_shown,
-            rows,
-        )
-    };
-    rows.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut breakers = Vec::new();
-    let mut partial = Vec::new();
-    for t in &rows {
-        if t.breaker != BreakerState::Closed {
-            breakers.push(json!({
-                "instance": &*t.key.instance,
-                "type": &*t.type_name,
-                "group": &*t.key.group,
-                "state": t.breaker.as_str(),
-                "failures": t.failures,
-                "retryAt": ts(t.retry_at),
-            }));
-        }
-        if !t.failed_items.is_empty() {
-            partial.push(json!({
+        })
+        .collect();
+    let partial: Vec<Value> = snap
+        .partial
+        .iter()
+        .map(|t| {
+            json!({
                 "instance": &*t.key.instance,
                 "type": &*t.type_name,
                 "group": &*t.key.group,
@@ -132,9 +88,9 @@ pub fn health_document(app: &AppState, now: Timestamp) -> Vec<u8> {
                     "status": f.error.status,
                     "category": f.error.category,
                 })).collect::<Vec<_>>(),
-            }));
-        }
-    }
+            })
+        })
+        .collect();
     // The staleness list has a row per task: typed rows serialised straight
     // to bytes, not built as JSON maps first.
     #[derive(serde::Serialize)]
@@ -158,31 +114,29 @@ pub fn health_document(app: &AppState, now: Timestamp) -> Vec<u8> {
         staleness: Vec<Staleness<'a>>,
         partial: Vec<Value>,
     }
-    let staleness = rows
+    let staleness = snap
+        .every_task
         .iter()
-        .map(|t| {
-            let score = crate::core::staleness::score(t.last_success, now, max_interval);
-            Staleness {
-                instance: &t.key.instance,
-                type_name: &t.type_name,
-                group: &t.key.group,
-                score: (score * 1000.0).round() / 1000.0,
-                last_success: t.last_success.map(|t| t.to_rfc3339()),
-            }
+        .map(|t| Staleness {
+            instance: &t.key.instance,
+            type_name: &t.type_name,
+            group: &t.key.group,
+            score: (t.score * 1000.0).round() / 1000.0,
+            last_success: t.last_success.map(|t| t.to_rfc3339()),
         })
         .collect();
     let doc = Document {
         updated_at: now.to_rfc3339(),
-        enabled,
+        enabled: snap.adaptive_enabled,
         queue: json!({
-            "depth": depth,
-            "dueWithinSeconds": due,
+            "depth": snap.queue.depth,
+            "dueWithinSeconds": snap.queue.due_soon,
             "perType": per_type,
-            "inFlight": in_flight,
+            "inFlight": snap.queue.in_flight,
         }),
         dead_letter: json!({
-            "count": dead_count,
-            "tasks": dead_shown,
+            "count": snap.dead_letter_count,
+            "tasks": snap.dead_letters.iter().map(dead_letter_json).collect::<Vec<_>>(),
         }),
         breakers,
         staleness,

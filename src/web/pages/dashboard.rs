@@ -3,9 +3,8 @@
 //! script refreshes the panels in place (`/?fragment=panels`).
 
 use super::{Layout, layout};
-use crate::core::staleness;
-use crate::core::task::breaker_at;
-use crate::model::{BreakerState, TaskKey, Timestamp};
+use crate::engine::snapshot::{Detail, PoolFigures};
+use crate::model::{TaskKey, Timestamp};
 use crate::web::AppState;
 use crate::web::chart::{Series, line_chart};
 use crate::web::session;
@@ -15,7 +14,6 @@ use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
-use std::collections::BTreeMap;
 use tower_sessions::Session;
 
 /// Rows shown per list.
@@ -106,35 +104,18 @@ pub struct PanelsFragment {
     pub p: Panels,
 }
 
-fn pool_rows(app: &AppState) -> Vec<PoolRow> {
-    let b = crate::engine::lock(&app.shared.budgets);
-    b.plans
-        .values()
-        .map(|p| {
-            let effective = b.effective_rps(&p.name);
-            let util = if effective > 0.0 {
-                p.plan.total_demand_rps / effective
-            } else {
-                0.0
-            };
-            PoolRow {
-                name: p.name.clone(),
-                demand: format!("{:.2}", p.plan.total_demand_rps),
-                effective: format!("{effective:.2}"),
-                budget: format!("{:.2}", p.plan.budget_rps),
-                utilization: format!("{:.0}%", util * 100.0),
-                bar: (util * 100.0).clamp(0.0, 100.0) as u32,
-                over_budget: p.plan.over_budget,
-                stretched: p
-                    .plan
-                    .groups
-                    .iter()
-                    .filter(|g| !g.pinned && g.stretch_factor > 1.0 + 1e-9)
-                    .count(),
-                shed: p.plan.groups.iter().filter(|g| g.shed).count(),
-            }
-        })
-        .collect()
+fn pool_row(p: &PoolFigures) -> PoolRow {
+    PoolRow {
+        name: p.name.clone(),
+        demand: format!("{:.2}", p.demand_rps),
+        effective: format!("{:.2}", p.effective_rps),
+        budget: format!("{:.2}", p.budget_rps),
+        utilization: format!("{:.0}%", p.utilization * 100.0),
+        bar: (p.utilization * 100.0).clamp(0.0, 100.0) as u32,
+        over_budget: p.over_budget,
+        stretched: p.stretched,
+        shed: p.shed,
+    }
 }
 
 fn when(t: Option<Timestamp>) -> String {
@@ -142,75 +123,58 @@ fn when(t: Option<Timestamp>) -> String {
         .unwrap_or_else(|| "never".into())
 }
 
-/// Everything the panels show, computed under one short scheduler lock.
+/// Everything the panels show: the engine's snapshot (the one the health
+/// API and `/metrics` show), each list cut to its first [`ROWS`].
 pub fn panels(app: &AppState, now: Timestamp, history: &[(u64, crate::store::Rollup)]) -> Panels {
-    // Budgets before the scheduler: the engine's lock order.
-    let pools = pool_rows(app);
-    let s = app.shared.sched();
-    let settings = s.settings();
-    let max = settings.adaptive.max_interval;
-    let queued = s.queued_per_type();
-    let busy = s.in_flight_per_type();
-    let mut totals: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut breakers = Vec::new();
-    let mut breakers_total = 0;
-    let (mut fresh, mut aging, mut stale) = (0, 0, 0);
-    // Keep only the ROWS stalest: a bounded sorted vec, not a sort of all.
-    let mut stalest: Vec<(u32, &TaskKey, Option<Timestamp>, bool)> = Vec::with_capacity(ROWS + 1);
-    let mut tasks = 0;
-    for t in s.tasks().filter(|t| !t.rec.disabled) {
-        tasks += 1;
-        *totals.entry(&t.meta.type_name).or_insert(0) += 1;
-        let state = breaker_at(&t.rec, now);
-        if state != BreakerState::Closed {
-            breakers_total += 1;
-            if breakers.len() < ROWS {
-                breakers.push(BreakerRow {
-                    instance: t.key.instance.to_string(),
-                    group: t.key.group.to_string(),
-                    state: state.as_str(),
-                    failures: t.rec.failures,
-                    retry_at: when(t.rec.retry_at),
-                });
-            }
-        }
-        let score = staleness::score(t.rec.last_success, now, max);
-        let is_stale = staleness::is_stale(t.rec.last_success.unwrap_or(t.placed_at), now, s.interval_of(t));
-        if is_stale {
-            stale += 1;
-        } else if score < 0.1 {
-            fresh += 1;
-        } else {
-            aging += 1;
-        }
-        let pct = (score * 100.0).round() as u32;
-        if stalest.len() < ROWS || stalest.last().is_some_and(|l| pct > l.0) {
-            let pos = stalest.partition_point(|e| e.0 >= pct);
-            stalest.insert(pos, (pct, &t.key, t.rec.last_success, is_stale));
-            stalest.truncate(ROWS);
-        }
-    }
-    breakers.sort_by(|a, b| (&a.instance, &a.group).cmp(&(&b.instance, &b.group)));
-    let dead_all = s.dead_letters();
-    let dead = dead_all
+    let snap = app.shared.snapshot(now, Detail::Summary);
+    let breakers = snap
+        .breakers
         .iter()
         .take(ROWS)
-        .map(|t| DeadRow {
-            instance: t.key.instance.to_string(),
-            group: t.key.group.to_string(),
-            type_name: t.meta.type_name.to_string(),
-            last_error: t.rec.last_error.as_ref().map(|e| e.message.clone()).unwrap_or_default(),
-            failures: t.rec.failures,
-            next_recheck: when(t.rec.dead_letter.as_ref().map(|d| d.next_recheck)),
+        .map(|b| BreakerRow {
+            instance: b.key.instance.to_string(),
+            group: b.key.group.to_string(),
+            state: b.state.as_str(),
+            failures: b.failures,
+            retry_at: when(b.retry_at),
         })
         .collect();
-    let per_type = totals
-        .into_iter()
-        .map(|(name, total)| TypeRow {
-            name: name.to_string(),
-            queued: queued.get(name).copied().unwrap_or(0),
-            in_flight: busy.get(name).copied().unwrap_or(0),
-            total,
+    let dead = snap
+        .dead_letters
+        .iter()
+        .take(ROWS)
+        .map(|d| DeadRow {
+            instance: d.key.instance.to_string(),
+            group: d.key.group.to_string(),
+            type_name: d.type_name.to_string(),
+            last_error: d.last_error.as_ref().map(|e| e.message.clone()).unwrap_or_default(),
+            failures: d.failures,
+            next_recheck: when(Some(d.dead_letter.next_recheck)),
+        })
+        .collect();
+    let stalest = snap
+        .stalest
+        .iter()
+        .take(ROWS)
+        .map(|r| StaleRow {
+            instance: r.key.instance.to_string(),
+            group: r.key.group.to_string(),
+            pct: (r.score * 100.0).round() as u32,
+            stale: r.stale,
+            last_success: when(r.last_success),
+        })
+        .collect();
+    // Types with enabled tasks; a type whose tasks are all disabled has
+    // nothing to show here.
+    let per_type = snap
+        .per_type
+        .iter()
+        .filter(|t| t.tasks > 0)
+        .map(|t| TypeRow {
+            name: t.name.to_string(),
+            queued: t.queued,
+            in_flight: t.in_flight,
+            total: t.tasks,
         })
         .collect();
     let to = now.0 / 1000;
@@ -269,30 +233,21 @@ pub fn panels(app: &AppState, now: Timestamp, history: &[(u64, crate::store::Rol
         },
     ];
     Panels {
-        pools,
-        enabled: settings.adaptive.enabled,
-        depth: s.queue_len(),
-        due_soon: s.due_within(now, crate::web::api::health::DUE_WINDOW),
-        in_flight: s.in_flight(),
-        tasks,
+        pools: snap.pools.iter().map(pool_row).collect(),
+        enabled: snap.adaptive_enabled,
+        depth: snap.queue.depth,
+        due_soon: snap.queue.due_soon,
+        in_flight: snap.queue.in_flight,
+        tasks: snap.tasks,
         per_type,
         dead,
-        dead_total: dead_all.len(),
+        dead_total: snap.dead_letter_count,
         breakers,
-        breakers_total,
-        stalest: stalest
-            .into_iter()
-            .map(|(pct, k, ls, st)| StaleRow {
-                instance: k.instance.to_string(),
-                group: k.group.to_string(),
-                pct,
-                stale: st,
-                last_success: when(ls),
-            })
-            .collect(),
-        fresh,
-        aging,
-        stale,
+        breakers_total: snap.breakers.len(),
+        stalest,
+        fresh: snap.freshness.fresh,
+        aging: snap.freshness.aging,
+        stale: snap.freshness.stale,
         charts,
     }
 }

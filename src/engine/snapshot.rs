@@ -1,0 +1,675 @@
+//! The one read model of the scheduler: a [`Snapshot`] of what the health
+//! API, the dashboard and `/metrics` show, so that all three agree on what
+//! "the breakers", "the dead-letter entries" and "staleness" are.
+//!
+//! Concurrency: [`Shared::snapshot`] (and [`SnapshotSource::take`], which
+//! the metrics collector holds) copies the pools under the budgets lock and
+//! releases it, then holds the scheduler lock only while each task's few
+//! figures are read ([`Builder::add`]) and the 25 most recent dead-letter
+//! entries are picked out. Sorting the lists, and every reader's JSON,
+//! HTML or series, happen after the lock is released ([`Copied::finish`]),
+//! so a reader never holds up dispatching for longer than the copy.
+//!
+//! The rules (which rows, in which order, where a list is cut) are plain
+//! functions of the copied figures, tested below without a scheduler.
+
+use super::Shared;
+use super::budget::BudgetState;
+use crate::core::Scheduler;
+use crate::core::staleness;
+use crate::core::task::breaker_at;
+use crate::model::{BreakerState, DeadLetterRecord, FailedItem, PollError, TaskKey, TaskRecord, Timestamp};
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// `queue.due_soon` counts tasks due within this window (the health API's
+/// `dueWithinSeconds`, the dashboard's "due within 12 s").
+pub const DUE_WINDOW: Duration = Duration::from_secs(12);
+/// Dead-letter entries a snapshot carries, most recent first (the rest are
+/// only counted; the paginated dead-letter API lists them all).
+pub const RECENT_DEAD_LETTERS: usize = 25;
+/// Stalest tasks a snapshot carries, stalest first.
+pub const STALEST: usize = 25;
+/// A task below this staleness score, and not stale, counts as fresh; above
+/// it, as aging.
+const FRESH_BELOW: f64 = 0.1;
+
+/// How much of each task a snapshot copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Counts and the short lists only: what the dashboard shows.
+    Summary,
+    /// Also a row for every enabled task ([`Snapshot::every_task`]): what
+    /// the health document's staleness list and the per-task metrics need.
+    EveryTask,
+}
+
+/// The scheduler and its pools as readers see them at one moment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub taken_at: Timestamp,
+    /// `adaptive.enabled` in force.
+    pub adaptive_enabled: bool,
+    pub queue: QueueCounts,
+    /// Every instance type with an enabled, queued or in-flight task, by name.
+    pub per_type: Vec<TypeCounts>,
+    /// Enabled tasks (a task an operator discarded is disabled).
+    pub tasks: usize,
+    /// Tasks in the dead-letter queue.
+    pub dead_letter_count: usize,
+    /// The [`RECENT_DEAD_LETTERS`] most recent entries: latest `since`
+    /// first, ties in task-key order.
+    pub dead_letters: Vec<DeadLetterEntry>,
+    /// Every enabled task whose breaker is not closed, in task-key order
+    /// (instance, then group). The record keeps no time of the trip, and key
+    /// order keeps the list still between refreshes, so the first rows a
+    /// short list shows are the same on every page and in the API.
+    pub breakers: Vec<BreakerRow>,
+    pub freshness: Freshness,
+    /// The [`STALEST`] stalest enabled tasks: highest score first, ties in
+    /// task-key order.
+    pub stalest: Vec<TaskRow>,
+    /// Enabled tasks whose last fan-out run had failed items, in task-key
+    /// order.
+    pub partial: Vec<PartialRow>,
+    /// With [`Detail::EveryTask`], every enabled task in task-key order;
+    /// empty otherwise.
+    pub every_task: Vec<TaskRow>,
+    /// Every budget pool, by name.
+    pub pools: Vec<PoolFigures>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Tasks waiting in the queue.
+    pub depth: usize,
+    /// Queued tasks due within [`DUE_WINDOW`].
+    pub due_soon: usize,
+    /// Polls running now.
+    pub in_flight: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeCounts {
+    pub name: Arc<str>,
+    pub queued: usize,
+    pub in_flight: usize,
+    /// Enabled tasks of the type.
+    pub tasks: usize,
+}
+
+/// How many enabled tasks are fresh, aging and stale (each task is one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Freshness {
+    pub fresh: usize,
+    pub aging: usize,
+    /// No success for longer than the task's interval allows
+    /// ([`staleness::is_stale`]).
+    pub stale: usize,
+}
+
+/// One task in the dead-letter queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterEntry {
+    pub key: TaskKey,
+    pub type_name: Arc<str>,
+    pub dead_letter: DeadLetterRecord,
+    pub failures: u32,
+    pub last_error: Option<PollError>,
+}
+
+impl DeadLetterEntry {
+    /// The entry of a dead-lettered task (`None` if it is not in the queue).
+    pub fn of(key: &TaskKey, type_name: &Arc<str>, rec: &TaskRecord) -> Option<DeadLetterEntry> {
+        Some(DeadLetterEntry {
+            key: key.clone(),
+            type_name: type_name.clone(),
+            dead_letter: rec.dead_letter.clone()?,
+            failures: rec.failures,
+            last_error: rec.last_error.clone(),
+        })
+    }
+}
+
+/// One breaker that is not closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerRow {
+    pub key: TaskKey,
+    pub type_name: Arc<str>,
+    pub state: BreakerState,
+    pub failures: u32,
+    pub retry_at: Option<Timestamp>,
+}
+
+/// What a reader needs of one enabled task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRow {
+    pub key: TaskKey,
+    pub type_name: Arc<str>,
+    pub breaker: BreakerState,
+    /// [`staleness::score`]: 0 right after a success, 1 at `max_interval`
+    /// without one (or never succeeded).
+    pub score: f64,
+    /// See [`Freshness::stale`].
+    pub stale: bool,
+    pub last_success: Option<Timestamp>,
+    /// Time since the last success, or since the task was placed if it
+    /// never succeeded.
+    pub age: Duration,
+    /// The interval the task is on now.
+    pub interval: Duration,
+}
+
+/// A task whose last fan-out run succeeded with some items failing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartialRow {
+    pub key: TaskKey,
+    pub type_name: Arc<str>,
+    pub failed_items: Vec<FailedItem>,
+}
+
+/// One budget pool's plan and budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolFigures {
+    pub name: String,
+    pub demand_rps: f64,
+    /// Configured: `requests_per_second × shared_fraction`.
+    pub budget_rps: f64,
+    /// After AIMD.
+    pub effective_rps: f64,
+    /// `demand_rps / effective_rps` (0 without an effective budget).
+    pub utilization: f64,
+    pub over_budget: bool,
+    /// Groups planned above their floor (pins aside).
+    pub stretched: usize,
+    /// Groups shed to fit the budget.
+    pub shed: usize,
+    pub groups: Vec<GroupFigures>,
+}
+
+/// One endpoint group of a pool's plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupFigures {
+    /// `type/group`.
+    pub name: String,
+    pub interval_s: f64,
+    pub stretch_factor: f64,
+}
+
+/// Takes snapshots; what the metrics collector holds (it is built before
+/// [`Shared`] exists).
+#[derive(Clone)]
+pub struct SnapshotSource {
+    scheduler: Arc<Mutex<Scheduler>>,
+    budgets: Arc<Mutex<BudgetState>>,
+}
+
+impl SnapshotSource {
+    pub fn new(scheduler: Arc<Mutex<Scheduler>>, budgets: Arc<Mutex<BudgetState>>) -> Self {
+        SnapshotSource { scheduler, budgets }
+    }
+
+    pub fn take(&self, now: Timestamp, detail: Detail) -> Snapshot {
+        take(&self.scheduler, &self.budgets, now, detail)
+    }
+}
+
+impl Shared {
+    /// The read model at `now`: the one way readers see the scheduler.
+    pub fn snapshot(&self, now: Timestamp, detail: Detail) -> Snapshot {
+        take(&self.scheduler, &self.budgets, now, detail)
+    }
+}
+
+fn take(scheduler: &Mutex<Scheduler>, budgets: &Mutex<BudgetState>, now: Timestamp, detail: Detail) -> Snapshot {
+    // The two locks are taken one after the other, never nested.
+    let pools = pool_figures(&super::lock(budgets));
+    let copied = {
+        let s = super::lock(scheduler);
+        let adaptive = &s.settings().adaptive;
+        let mut b = Builder::new(now, adaptive.enabled, adaptive.max_interval, detail);
+        for t in s.tasks() {
+            b.add(TaskFigures {
+                key: &t.key,
+                type_name: &t.meta.type_name,
+                rec: &t.rec,
+                in_flight: t.in_flight.is_some(),
+                placed_at: t.placed_at,
+                interval: s.interval_of(t),
+            });
+        }
+        let queue = QueueCounts {
+            depth: s.queue_len(),
+            due_soon: s.due_within(now, DUE_WINDOW),
+            in_flight: s.in_flight(),
+        };
+        b.copy_out(queue, s.queued_per_type())
+    };
+    copied.finish(pools)
+}
+
+fn pool_figures(b: &BudgetState) -> Vec<PoolFigures> {
+    b.plans
+        .values()
+        .map(|p| {
+            let effective = b.effective_rps(&p.name);
+            PoolFigures {
+                name: p.name.clone(),
+                demand_rps: p.plan.total_demand_rps,
+                budget_rps: p.plan.budget_rps,
+                effective_rps: effective,
+                utilization: if effective > 0.0 {
+                    p.plan.total_demand_rps / effective
+                } else {
+                    0.0
+                },
+                over_budget: p.plan.over_budget,
+                stretched: p
+                    .plan
+                    .groups
+                    .iter()
+                    .filter(|g| !g.pinned && g.stretch_factor > 1.0 + 1e-9)
+                    .count(),
+                shed: p.plan.groups.iter().filter(|g| g.shed).count(),
+                groups: p
+                    .plan
+                    .groups
+                    .iter()
+                    .map(|g| GroupFigures {
+                        name: format!("{}/{}", g.type_name, g.name),
+                        interval_s: g.interval_s,
+                        stretch_factor: g.stretch_factor,
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// One task as the builder reads it, borrowed from the scheduler.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskFigures<'a> {
+    pub key: &'a TaskKey,
+    pub type_name: &'a Arc<str>,
+    pub rec: &'a TaskRecord,
+    pub in_flight: bool,
+    pub placed_at: Timestamp,
+    pub interval: Duration,
+}
+
+/// Reads tasks one at a time (under the scheduler lock) and keeps what a
+/// snapshot needs of them.
+pub struct Builder<'a> {
+    now: Timestamp,
+    adaptive_enabled: bool,
+    max_interval: Duration,
+    detail: Detail,
+    tasks: usize,
+    types: BTreeMap<&'a str, TypeCounts>,
+    dead: Vec<TaskFigures<'a>>,
+    breakers: Vec<BreakerRow>,
+    freshness: Freshness,
+    stalest: Vec<TaskRow>,
+    partial: Vec<PartialRow>,
+    every_task: Vec<TaskRow>,
+}
+
+/// A snapshot's figures once the scheduler lock can be released: owned,
+/// not yet ordered.
+pub struct Copied {
+    inner: Snapshot,
+}
+
+/// Dead-letter order: the most recent entry first, ties in task-key order.
+pub fn dead_letter_order(a: (Timestamp, &TaskKey), b: (Timestamp, &TaskKey)) -> Ordering {
+    b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1))
+}
+
+/// Stalest order: the highest score first, ties in task-key order.
+pub fn stalest_order(a: (f64, &TaskKey), b: (f64, &TaskKey)) -> Ordering {
+    b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1))
+}
+
+/// The first `n` of `items` in `order`, sorted: a selection, then a sort of
+/// only the ones kept.
+pub fn first_n<T>(mut items: Vec<T>, n: usize, order: impl Fn(&T, &T) -> Ordering) -> Vec<T> {
+    if n == 0 {
+        items.clear();
+        return items;
+    }
+    if items.len() > n {
+        items.select_nth_unstable_by(n - 1, &order);
+        items.truncate(n);
+    }
+    items.sort_unstable_by(order);
+    items
+}
+
+fn type_counts<'m, 'a>(types: &'m mut BTreeMap<&'a str, TypeCounts>, name: &'a Arc<str>) -> &'m mut TypeCounts {
+    types.entry(&**name).or_insert_with(|| TypeCounts {
+        name: name.clone(),
+        queued: 0,
+        in_flight: 0,
+        tasks: 0,
+    })
+}
+
+impl<'a> Builder<'a> {
+    pub fn new(now: Timestamp, adaptive_enabled: bool, max_interval: Duration, detail: Detail) -> Self {
+        Builder {
+            now,
+            adaptive_enabled,
+            max_interval,
+            detail,
+            tasks: 0,
+            types: BTreeMap::new(),
+            dead: Vec::new(),
+            breakers: Vec::new(),
+            freshness: Freshness::default(),
+            stalest: Vec::with_capacity(STALEST + 1),
+            partial: Vec::new(),
+            every_task: Vec::new(),
+        }
+    }
+
+    /// Read one task. Disabled tasks count only where they still are: in
+    /// flight, or (never, today) in the dead-letter queue.
+    pub fn add(&mut self, t: TaskFigures<'a>) {
+        let now = self.now;
+        if t.in_flight {
+            type_counts(&mut self.types, t.type_name).in_flight += 1;
+        }
+        if t.rec.dead_letter.is_some() {
+            self.dead.push(t);
+        }
+        if t.rec.disabled {
+            return;
+        }
+        self.tasks += 1;
+        type_counts(&mut self.types, t.type_name).tasks += 1;
+        let breaker = breaker_at(t.rec, now);
+        if breaker != BreakerState::Closed {
+            self.breakers.push(BreakerRow {
+                key: t.key.clone(),
+                type_name: t.type_name.clone(),
+                state: breaker,
+                failures: t.rec.failures,
+                retry_at: t.rec.retry_at,
+            });
+        }
+        if !t.rec.failed_items.is_empty() {
+            self.partial.push(PartialRow {
+                key: t.key.clone(),
+                type_name: t.type_name.clone(),
+                failed_items: t.rec.failed_items.clone(),
+            });
+        }
+        let score = staleness::score(t.rec.last_success, now, self.max_interval);
+        let since = t.rec.last_success.unwrap_or(t.placed_at);
+        let stale = staleness::is_stale(since, now, t.interval);
+        if stale {
+            self.freshness.stale += 1;
+        } else if score < FRESH_BELOW {
+            self.freshness.fresh += 1;
+        } else {
+            self.freshness.aging += 1;
+        }
+        let row = || TaskRow {
+            key: t.key.clone(),
+            type_name: t.type_name.clone(),
+            breaker,
+            score,
+            stale,
+            last_success: t.rec.last_success,
+            age: now.since(since),
+            interval: t.interval,
+        };
+        // A bounded sorted list, not a sort of every task.
+        let later = |r: &TaskRow| stalest_order((score, t.key), (r.score, &r.key)) == Ordering::Less;
+        if self.stalest.len() < STALEST || self.stalest.last().is_some_and(later) {
+            let pos = self
+                .stalest
+                .partition_point(|r| stalest_order((r.score, &r.key), (score, t.key)) == Ordering::Less);
+            self.stalest.insert(pos, row());
+            self.stalest.truncate(STALEST);
+        }
+        if self.detail == Detail::EveryTask {
+            self.every_task.push(row());
+        }
+    }
+
+    /// Everything read, as owned figures: the last step under the scheduler
+    /// lock. `queued` is the number of queued tasks per type.
+    pub fn copy_out(self, queue: QueueCounts, queued: BTreeMap<Arc<str>, usize>) -> Copied {
+        let mut types = self.types;
+        for (name, n) in &queued {
+            type_counts(&mut types, name).queued = *n;
+        }
+        let dead_letter_count = self.dead.len();
+        let dead_letters = first_n(self.dead, RECENT_DEAD_LETTERS, |a, b| {
+            dead_letter_order(since(a), since(b))
+        })
+        .into_iter()
+        .filter_map(|t| DeadLetterEntry::of(t.key, t.type_name, t.rec))
+        .collect();
+        Copied {
+            inner: Snapshot {
+                taken_at: self.now,
+                adaptive_enabled: self.adaptive_enabled,
+                queue,
+                per_type: types.into_values().collect(),
+                tasks: self.tasks,
+                dead_letter_count,
+                dead_letters,
+                breakers: self.breakers,
+                freshness: self.freshness,
+                stalest: self.stalest,
+                partial: self.partial,
+                every_task: self.every_task,
+                pools: Vec::new(),
+            },
+        }
+    }
+}
+
+fn since<'a>(t: &TaskFigures<'a>) -> (Timestamp, &'a TaskKey) {
+    (t.rec.dead_letter.as_ref().map(|d| d.since).unwrap_or_default(), t.key)
+}
+
+impl Copied {
+    /// The snapshot, its lists in their documented order (run after the
+    /// scheduler lock is released).
+    pub fn finish(self, pools: Vec<PoolFigures>) -> Snapshot {
+        let mut s = self.inner;
+        s.breakers.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        s.partial.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        s.every_task.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        s.pools = pools;
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::DeadLetterReason;
+
+    const NOW: Timestamp = Timestamp(1_000_000_000);
+    const MAX: Duration = Duration::from_secs(300);
+
+    struct Fixture {
+        tasks: Vec<(TaskKey, Arc<str>, TaskRecord)>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Fixture { tasks: Vec::new() }
+        }
+
+        fn task(&mut self, instance: &str, rec: TaskRecord) {
+            self.tasks
+                .push((TaskKey::new(instance, "probe"), Arc::from("fast"), rec));
+        }
+
+        fn snapshot(&self, detail: Detail) -> Snapshot {
+            let mut b = Builder::new(NOW, true, MAX, detail);
+            for (key, type_name, rec) in &self.tasks {
+                b.add(TaskFigures {
+                    key,
+                    type_name,
+                    rec,
+                    in_flight: false,
+                    placed_at: Timestamp(NOW.0 - 1000),
+                    interval: Duration::from_secs(10),
+                });
+            }
+            b.copy_out(QueueCounts::default(), BTreeMap::new()).finish(Vec::new())
+        }
+    }
+
+    fn open(failures: u32) -> TaskRecord {
+        TaskRecord {
+            failures,
+            breaker: BreakerState::Open,
+            retry_at: Some(Timestamp(NOW.0 + 60_000)),
+            ..Default::default()
+        }
+    }
+
+    fn dead(since_ms: u64) -> TaskRecord {
+        TaskRecord {
+            dead_letter: Some(DeadLetterRecord {
+                reason: DeadLetterReason::default(),
+                since: Timestamp(since_ms),
+                next_recheck: Timestamp(NOW.0 + 60_000),
+                rechecks: 0,
+            }),
+            ..open(5)
+        }
+    }
+
+    /// Instance names whose hash order is nothing like their sorted order.
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("inst-{:03}", (i * 37) % n)).collect()
+    }
+
+    #[test]
+    fn breakers_are_every_non_closed_one_in_task_key_order() {
+        let mut f = Fixture::new();
+        for (i, name) in names(40).iter().enumerate() {
+            let rec = match i % 4 {
+                0 => TaskRecord::default(),
+                1 => open(3),
+                // Its retry window has elapsed: half-open.
+                2 => TaskRecord {
+                    retry_at: Some(Timestamp(NOW.0 - 1)),
+                    ..open(4)
+                },
+                _ => open(7),
+            };
+            f.task(name, rec);
+        }
+        let s = f.snapshot(Detail::Summary);
+        assert_eq!(
+            s.breakers.len(),
+            30,
+            "every non-closed breaker, not a first page of them"
+        );
+        let keys: Vec<&TaskKey> = s.breakers.iter().map(|b| &b.key).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        assert!(s.breakers.iter().any(|b| b.state == BreakerState::HalfOpen));
+        assert!(s.breakers.iter().all(|b| b.state != BreakerState::Closed));
+    }
+
+    #[test]
+    fn dead_letters_are_the_25_most_recent_ties_in_key_order() {
+        let mut f = Fixture::new();
+        let names = names(60);
+        for (i, name) in names.iter().enumerate() {
+            // Pairs share a `since`, so ties are decided by the key.
+            f.task(name, dead(NOW.0 - 1000 * (i as u64 / 2)));
+        }
+        f.task("healthy", TaskRecord::default());
+        let s = f.snapshot(Detail::Summary);
+        assert_eq!(s.dead_letter_count, 60);
+        assert_eq!(s.dead_letters.len(), RECENT_DEAD_LETTERS);
+        let mut expected: Vec<(Timestamp, &str)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (Timestamp(NOW.0 - 1000 * (i as u64 / 2)), n.as_str()))
+            .collect();
+        expected.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+        let got: Vec<(Timestamp, &str)> = s
+            .dead_letters
+            .iter()
+            .map(|d| (d.dead_letter.since, &*d.key.instance))
+            .collect();
+        assert_eq!(got, expected[..RECENT_DEAD_LETTERS]);
+    }
+
+    #[test]
+    fn the_cut_keeps_the_first_n_in_order_whatever_the_input_order() {
+        let v: Vec<u32> = (0..100).map(|i| (i * 53) % 100).collect();
+        assert_eq!(first_n(v.clone(), 5, |a, b| a.cmp(b)), vec![0, 1, 2, 3, 4]);
+        assert_eq!(first_n(v.clone(), 0, |a, b| a.cmp(b)), Vec::<u32>::new());
+        assert_eq!(first_n(v[..3].to_vec(), 5, |a, b| a.cmp(b)), {
+            let mut w = v[..3].to_vec();
+            w.sort();
+            w
+        });
+    }
+
+    #[test]
+    fn stalest_are_the_highest_scores_ties_in_key_order() {
+        let mut f = Fixture::new();
+        for (i, name) in names(50).iter().enumerate() {
+            let rec = if i % 2 == 0 {
+                // Never succeeded: score 1.
+                TaskRecord::default()
+            } else {
+                TaskRecord {
+                    last_success: Some(Timestamp(NOW.0 - 1000 * i as u64)),
+                    ..Default::default()
+                }
+            };
+            f.task(name, rec);
+        }
+        let s = f.snapshot(Detail::Summary);
+        assert_eq!(s.stalest.len(), STALEST);
+        for w in s.stalest.windows(2) {
+            assert_eq!(
+                stalest_order((w[0].score, &w[0].key), (w[1].score, &w[1].key)),
+                Ordering::Less
+            );
+        }
+        // 25 tasks never succeeded: exactly those, in key order.
+        assert!(s.stalest.iter().all(|r| r.score == 1.0 && r.last_success.is_none()));
+        assert_eq!(s.freshness.fresh + s.freshness.aging + s.freshness.stale, 50);
+    }
+
+    #[test]
+    fn every_task_rows_only_when_asked_for_in_key_order() {
+        let mut f = Fixture::new();
+        for name in names(30) {
+            f.task(&name, TaskRecord::default());
+        }
+        f.task(
+            "off",
+            TaskRecord {
+                disabled: true,
+                ..Default::default()
+            },
+        );
+        assert!(f.snapshot(Detail::Summary).every_task.is_empty());
+        let s = f.snapshot(Detail::EveryTask);
+        assert_eq!(s.tasks, 30, "a disabled task is not counted");
+        assert_eq!(s.every_task.len(), 30);
+        assert!(s.every_task.windows(2).all(|w| w[0].key < w[1].key));
+        assert_eq!(s.per_type.len(), 1);
+        assert_eq!(s.per_type[0].tasks, 30);
+    }
+}
