@@ -50,6 +50,7 @@ fn per_poll(c: &mut Criterion) {
     let snapshots = SnapshotSource::new(
         Arc::new(Mutex::new(Scheduler::new(MonitoringSettings::default()))),
         Default::default(),
+        Arc::new(pollster::engine::ports::SystemClock),
     );
     let metrics = Metrics::new(snapshots, Default::default()).expect("the metrics registry builds");
     for k in &keys {

@@ -134,7 +134,7 @@ impl Shared {
         let scheduler = Arc::new(Mutex::new(Scheduler::new(settings)));
         let budgets = Arc::new(Mutex::new(BudgetState::default()));
         let catalog = Arc::new(RwLock::new(Arc::new(catalog)));
-        let snapshots = snapshot::SnapshotSource::new(scheduler.clone(), budgets.clone());
+        let snapshots = snapshot::SnapshotSource::new(scheduler.clone(), budgets.clone(), ports.clock.clone());
         let metrics = Metrics::new(snapshots, catalog.clone())?;
         let sink_config = Mutex::new(sink.clone());
         let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);

@@ -204,11 +204,25 @@ pub struct GroupFigures {
 pub struct SnapshotSource {
     scheduler: Arc<Mutex<Scheduler>>,
     budgets: Arc<Mutex<BudgetState>>,
+    clock: Arc<dyn super::ports::Clock>,
 }
 
 impl SnapshotSource {
-    pub fn new(scheduler: Arc<Mutex<Scheduler>>, budgets: Arc<Mutex<BudgetState>>) -> Self {
-        SnapshotSource { scheduler, budgets }
+    pub fn new(
+        scheduler: Arc<Mutex<Scheduler>>,
+        budgets: Arc<Mutex<BudgetState>>,
+        clock: Arc<dyn super::ports::Clock>,
+    ) -> Self {
+        SnapshotSource {
+            scheduler,
+            budgets,
+            clock,
+        }
+    }
+
+    /// The read model now, by the engine's clock.
+    pub fn take_now(&self, detail: Detail) -> Snapshot {
+        take(&self.scheduler, &self.budgets, self.clock.now(), detail)
     }
 
     pub fn take(&self, now: Timestamp, detail: Detail) -> Snapshot {

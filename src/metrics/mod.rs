@@ -15,7 +15,7 @@ use series::{family, gauge, labels};
 
 use crate::engine::catalog::Catalog;
 use crate::engine::snapshot::{Detail, PoolFigures, SnapshotSource};
-use crate::model::{ErrorCategory, TaskKey, Timestamp};
+use crate::model::{ErrorCategory, TaskKey};
 use prometheus::core::{Collector, Desc};
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
@@ -214,8 +214,7 @@ impl Collector for SnapshotCollector {
     }
 
     fn collect(&self) -> Vec<proto::MetricFamily> {
-        let now = Timestamp::now();
-        let snap = self.snapshots.take(now, Detail::EveryTask);
+        let snap = self.snapshots.take_now(Detail::EveryTask);
         let rows = &snap.every_task;
         let mut staleness = Vec::with_capacity(rows.len());
         let mut last_success = Vec::with_capacity(rows.len());

@@ -27,7 +27,7 @@ type GroupKey = (Arc<str>, Arc<str>, Arc<str>);
 
 /// The plan of every pool as it stands now.
 pub fn plan_doc(shared: &Shared) -> PlanDoc {
-    let now = Timestamp::now();
+    let now = shared.now();
     let cat = shared.catalog();
     let settings = shared.monitoring().scheduler;
     let (mut pools, solved_at) = {

@@ -19,7 +19,7 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 pub async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
-    match app.shared.readiness(Timestamp::now()) {
+    match app.shared.readiness(app.shared.now()) {
         Ok(()) => (StatusCode::OK, Json(json!({"status": "ready"}))),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -157,7 +157,7 @@ pub async fn scheduler_health(State(app): State<AppState>) -> impl IntoResponse 
             _ => {
                 let started = std::time::Instant::now();
                 let shared = app.clone();
-                let doc = tokio::task::spawn_blocking(move || health_document(&shared, Timestamp::now()))
+                let doc = tokio::task::spawn_blocking(move || health_document(&shared, shared.shared.now()))
                     .await
                     .map(axum::body::Bytes::from)
                     .unwrap_or_default();

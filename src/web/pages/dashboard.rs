@@ -268,7 +268,7 @@ pub async fn history(app: &AppState, now: Timestamp) -> Vec<(u64, crate::store::
 }
 
 pub async fn page(State(app): State<AppState>, session: Session, Query(q): Query<DashboardQuery>) -> Response {
-    let now = Timestamp::now();
+    let now = app.shared.now();
     let hist = history(&app, now).await;
     let csrf = session::csrf_token(&session).await;
     let p = app.render(move |app| panels(app, now, &hist)).await;
