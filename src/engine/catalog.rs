@@ -4,7 +4,7 @@
 
 use super::plan::{self, PoolStatus, Shapes};
 use crate::core::task::TaskMeta;
-use crate::model::{BudgetConfig, GroupDef, InstanceConfig, SchedulerSettings, TaskKey, TypeDef};
+use crate::model::{BaseUrl, BudgetConfig, GroupDef, InstanceConfig, SchedulerSettings, TaskKey, TypeDef};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ pub struct InstanceEntry {
     pub config: Arc<InstanceConfig>,
     /// `config.url`, parsed once (`None` when it does not parse: the poll
     /// then reports why).
-    pub base_url: Option<Arc<reqwest::Url>>,
+    pub base_url: Option<Arc<BaseUrl>>,
     /// Defined in the config file: read-only in the UI and API.
     pub provisioned: bool,
 }
@@ -23,7 +23,7 @@ pub struct InstanceEntry {
 #[derive(Debug, Clone)]
 pub struct Target {
     pub instance: Arc<InstanceConfig>,
-    pub base_url: Option<Arc<reqwest::Url>>,
+    pub base_url: Option<Arc<BaseUrl>>,
     ty: Arc<TypeDef>,
     index: usize,
 }
@@ -65,7 +65,7 @@ impl Catalog {
         self.instances.insert(
             config.name.clone(),
             InstanceEntry {
-                base_url: crate::poll::parse_base(&config.url).ok().map(Arc::new),
+                base_url: BaseUrl::parse(&config.url).ok().map(Arc::new),
                 config: Arc::new(config),
                 provisioned,
             },
