@@ -19,9 +19,6 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-/// The name under which unbudgeted instances' groups are shown.
-pub const UNBUDGETED: &str = "unbudgeted";
-
 /// Shapes learned from `shape_from` groups: instance → group → shape.
 pub type Shapes = HashMap<String, BTreeMap<String, ShapeUpdate>>;
 
@@ -254,11 +251,7 @@ pub fn gate(cat: &Catalog, shapes: &Shapes, s: &SchedulerSettings) -> Result<(),
             } else {
                 "over"
             };
-            format!(
-                "{} ({what}: {:.3} rps, {verdict})",
-                profile_name(p),
-                plan.total_demand_rps
-            )
+            format!("{} ({what}: {:.3} rps, {verdict})", p.name(), plan.total_demand_rps)
         };
         return Err(format!(
             "budget pool {:?} is over budget: its plan needs {:.3} rps even with every eligible group stretched to its cap, \
@@ -276,14 +269,6 @@ pub fn gate(cat: &Catalog, shapes: &Shapes, s: &SchedulerSettings) -> Result<(),
         ));
     }
     Ok(())
-}
-
-pub fn profile_name(p: Profile) -> &'static str {
-    match p {
-        Profile::Availability => "availability",
-        Profile::Standard => "standard",
-        Profile::Full => "full",
-    }
 }
 
 /// The interval and hold a task follows under `plans`: the solved interval
@@ -329,267 +314,74 @@ pub fn secs(s: f64) -> Duration {
     }
 }
 
-/// One pool's plan as the pages, the JSON API and `pollster plan --format
-/// json` show it (one set of field names for all three).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PoolView {
-    pub name: String,
-    pub mode: SchedulerMode,
-    pub profile: Option<Profile>,
-    /// `null` for unbudgeted instances.
-    pub budget_rps: Option<f64>,
-    pub effective_budget_rps: Option<f64>,
-    pub target_utilization: f64,
-    pub target_rps: Option<f64>,
-    pub total_demand_rps: f64,
-    pub utilization: Option<f64>,
-    pub over_budget: bool,
-    pub fits_after_shedding: bool,
-    pub shape: BTreeMap<String, u64>,
+/// The instances with no pool, planned: no budget to solve against, so
+/// each group runs at its pin or floor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unbudgeted {
     pub instances: usize,
-    pub warnings: Vec<String>,
-    /// RFC 3339: the pool's dispatch is paused until then (`Retry-After`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub paused_until: Option<String>,
-    pub groups: Vec<GroupView>,
+    /// Summed shape counts of the instances, by shape name.
+    pub shape: BTreeMap<String, u64>,
+    /// Every `type/group` the instances poll, in (priority, type, group)
+    /// order.
+    pub groups: Vec<GroupPlan>,
 }
 
-/// A group of a pool's plan, with when it last ran.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GroupView {
-    #[serde(flatten)]
-    pub plan: GroupPlan,
-    /// RFC 3339: the latest attempt of any of the group's tasks (`null`:
-    /// never); absent from `pollster plan`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_ran: Option<Option<String>>,
-}
-
-impl GroupView {
-    pub fn stretched(&self) -> bool {
-        !self.plan.pinned && self.plan.stretch_factor > 1.0 + 1e-9
-    }
-}
-
-impl PoolView {
-    pub fn from_status(p: &PoolStatus) -> PoolView {
-        PoolView {
-            name: p.name.clone(),
-            mode: p.mode,
-            profile: p.profile,
-            budget_rps: Some(p.plan.budget_rps),
-            effective_budget_rps: Some(p.plan.effective_budget_rps),
-            target_utilization: p.plan.target_utilization,
-            target_rps: Some(p.plan.target_rps),
-            total_demand_rps: p.plan.total_demand_rps,
-            utilization: Some(p.plan.utilization),
-            over_budget: p.plan.over_budget,
-            fits_after_shedding: p.plan.fits_after_shedding,
-            shape: p.shape.clone(),
-            instances: p.instances,
-            warnings: p.plan.warnings.clone(),
-            paused_until: None,
-            groups: p
-                .plan
-                .groups
-                .iter()
-                .map(|g| GroupView {
-                    plan: g.clone(),
-                    last_ran: None,
-                })
-                .collect(),
+/// Plan the enabled instances with no pool (`None`: there are none).
+pub fn unbudgeted(cat: &Catalog, shapes: &Shapes, s: &SchedulerSettings) -> Option<Unbudgeted> {
+    let mut groups: BTreeMap<(String, String), GroupPlan> = BTreeMap::new();
+    let mut instances = 0;
+    let mut shape: BTreeMap<String, u64> = BTreeMap::new();
+    for e in cat.instances.values() {
+        let inst = &e.config;
+        if !inst.enabled || inst.budget.is_some() {
+            continue;
         }
-    }
-
-    /// Instances with no pool: floors and pins only, no budget.
-    pub fn unbudgeted(cat: &Catalog, shapes: &Shapes, s: &SchedulerSettings) -> Option<PoolView> {
-        let mut groups: BTreeMap<(String, String), GroupView> = BTreeMap::new();
-        let mut instances = 0;
-        let mut shape: BTreeMap<String, u64> = BTreeMap::new();
-        for e in cat.instances.values() {
-            let inst = &e.config;
-            if !inst.enabled || inst.budget.is_some() {
-                continue;
-            }
-            let Some(ty) = cat.types.get(&inst.type_name) else {
-                continue;
-            };
-            instances += 1;
-            for g in ty.groups.iter().filter(|g| g.shape_from.is_some()) {
-                if let Some(n) = shape_count(inst, shapes, &g.name) {
-                    *shape.entry(g.name.clone()).or_insert(0) += n;
-                }
-            }
-            for g in &ty.groups {
-                let pin = pin_of(s, &ty.name, &g.name);
-                let interval = pin.unwrap_or(g.floor).as_secs_f64();
-                let v = groups
-                    .entry((ty.name.clone(), g.name.clone()))
-                    .or_insert_with(|| GroupView {
-                        plan: GroupPlan {
-                            type_name: ty.name.clone(),
-                            name: g.name.clone(),
-                            priority: g.priority,
-                            floor_s: g.floor.as_secs_f64(),
-                            interval_s: interval,
-                            stretch_factor: interval / g.floor.as_secs_f64(),
-                            cost_per_cycle: 0.0,
-                            demand_rps: 0.0,
-                            pinned: pin.is_some(),
-                            pin_below_floor: pin.is_some_and(|p| p < g.floor),
-                            shed: false,
-                            enabled: false,
-                            gated: g.gated,
-                        },
-                        last_ran: None,
-                    });
-                if counted(ty, inst, shapes, g, s.profile) {
-                    let v = &mut v.plan;
-                    v.enabled = true;
-                    v.cost_per_cycle += execution_cost(inst, shapes, g);
-                    v.demand_rps = v.cost_per_cycle / v.interval_s;
-                }
-            }
-        }
-        if instances == 0 {
-            return None;
-        }
-        let mut groups: Vec<GroupView> = groups.into_values().collect();
-        groups.sort_by(|a, b| {
-            (a.plan.priority, &a.plan.type_name, &a.plan.name).cmp(&(b.plan.priority, &b.plan.type_name, &b.plan.name))
-        });
-        Some(PoolView {
-            name: UNBUDGETED.into(),
-            mode: s.mode,
-            profile: s.profile,
-            budget_rps: None,
-            effective_budget_rps: None,
-            target_utilization: s.target_utilization,
-            target_rps: None,
-            total_demand_rps: groups.iter().map(|g| g.plan.demand_rps).sum(),
-            utilization: None,
-            over_budget: false,
-            fits_after_shedding: true,
-            shape,
-            instances,
-            warnings: Vec::new(),
-            paused_until: None,
-            groups,
-        })
-    }
-}
-
-/// The plan as the text table `pollster plan` prints.
-pub fn table(pools: &BTreeMap<String, PoolStatus>) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    if pools.is_empty() {
-        out.push_str("no budget pools: every instance is unbudgeted (floors, pins and adaptive limits only)\n");
-    }
-    for p in pools.values() {
-        let plan = &p.plan;
-        let _ = writeln!(
-            out,
-            "pool {}  mode {}  profile {}  instances {}",
-            p.name,
-            match p.mode {
-                SchedulerMode::Adaptive => "adaptive",
-                SchedulerMode::Fixed => "fixed",
-            },
-            p.profile.map(profile_name).unwrap_or("none (full)"),
-            p.instances
-        );
-        let verdict = if !plan.over_budget {
-            "fits".to_string()
-        } else if plan.fits_after_shedding {
-            "OVER BUDGET (fits after shedding)".to_string()
-        } else {
-            "OVER BUDGET".to_string()
+        let Some(ty) = cat.types.get(&inst.type_name) else {
+            continue;
         };
-        let _ = writeln!(
-            out,
-            "  budget {:.3} rps  effective {:.3} rps  target {:.3} rps ({:.0}%)  demand {:.3} rps  utilisation {:.0}%  {verdict}",
-            plan.budget_rps,
-            plan.effective_budget_rps,
-            plan.target_rps,
-            plan.target_utilization * 100.0,
-            plan.total_demand_rps,
-            plan.utilization * 100.0,
-        );
-        if !p.shape.is_empty() {
-            let shape: Vec<String> = p.shape.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let _ = writeln!(out, "  shape {}", shape.join(" "));
+        instances += 1;
+        for g in ty.groups.iter().filter(|g| g.shape_from.is_some()) {
+            if let Some(n) = shape_count(inst, shapes, &g.name) {
+                *shape.entry(g.name.clone()).or_insert(0) += n;
+            }
         }
-        let _ = writeln!(
-            out,
-            "  {:<40} {:>4} {:>10} {:>10} {:>7} {:>8} {:>11}  flags",
-            "GROUP", "PRIO", "FLOOR", "INTERVAL", "STRETCH", "COST", "DEMAND/s"
-        );
-        for g in &plan.groups {
-            let mut flags = Vec::new();
-            if g.pinned {
-                flags.push(if g.pin_below_floor {
-                    "pinned(below floor)"
-                } else {
-                    "pinned"
+        for g in &ty.groups {
+            let pin = pin_of(s, &ty.name, &g.name);
+            let interval = pin.unwrap_or(g.floor).as_secs_f64();
+            let v = groups
+                .entry((ty.name.clone(), g.name.clone()))
+                .or_insert_with(|| GroupPlan {
+                    type_name: ty.name.clone(),
+                    name: g.name.clone(),
+                    priority: g.priority,
+                    floor_s: g.floor.as_secs_f64(),
+                    interval_s: interval,
+                    stretch_factor: interval / g.floor.as_secs_f64(),
+                    cost_per_cycle: 0.0,
+                    demand_rps: 0.0,
+                    pinned: pin.is_some(),
+                    pin_below_floor: pin.is_some_and(|p| p < g.floor),
+                    shed: false,
+                    enabled: false,
+                    gated: g.gated,
                 });
+            if counted(ty, inst, shapes, g, s.profile) {
+                v.enabled = true;
+                v.cost_per_cycle += execution_cost(inst, shapes, g);
+                v.demand_rps = v.cost_per_cycle / v.interval_s;
             }
-            if g.shed {
-                flags.push("shed");
-            }
-            if !g.enabled {
-                flags.push("off");
-            }
-            if !g.gated {
-                flags.push("ungated");
-            }
-            if g.stretch_factor > 1.0 + 1e-9 && !g.pinned {
-                flags.push("stretched");
-            }
-            let _ = writeln!(
-                out,
-                "  {:<40} {:>4} {:>10} {:>10} {:>7.2} {:>8.1} {:>11.4}  {}",
-                format!("{}/{}", g.type_name, g.name),
-                g.priority,
-                human_secs(g.floor_s),
-                human_secs(g.interval_s),
-                g.stretch_factor,
-                g.cost_per_cycle,
-                g.demand_rps,
-                flags.join(",")
-            );
         }
-        for w in &plan.warnings {
-            let _ = writeln!(out, "  warning: {w}");
-        }
-        out.push('\n');
     }
-    out
-}
-
-/// Seconds for people: `45s`, `4.5s`, `7m30s`, `16m52.5s`, `1h`, `2h30m`.
-pub fn human_secs(s: f64) -> String {
-    if !s.is_finite() || s <= 0.0 {
-        return "0s".into();
+    if instances == 0 {
+        return None;
     }
-    // Whole milliseconds, then drop what is zero.
-    let ms = (s * 1000.0).round() as u64;
-    let (h, rest) = (ms / 3_600_000, ms % 3_600_000);
-    let (m, rest) = (rest / 60_000, rest % 60_000);
-    let secs = rest as f64 / 1000.0;
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if rest > 0 || out.is_empty() {
-        let t = format!("{secs:.3}");
-        let t = t.trim_end_matches('0').trim_end_matches('.');
-        out.push_str(&format!("{t}s"));
-    }
-    out
+    let mut groups: Vec<GroupPlan> = groups.into_values().collect();
+    groups.sort_by(|a, b| (a.priority, &a.type_name, &a.name).cmp(&(b.priority, &b.type_name, &b.name)));
+    Some(Unbudgeted {
+        instances,
+        shape,
+        groups,
+    })
 }
 
 #[cfg(test)]
@@ -730,23 +522,5 @@ mod tests {
         s.profile = None;
         s.mode = SchedulerMode::Fixed;
         assert_eq!(gate(&cat, &Shapes::new(), &s), Ok(()));
-    }
-
-    #[test]
-    fn seconds_read_like_durations() {
-        for (s, want) in [
-            (45.0, "45s"),
-            (4.5, "4.5s"),
-            (0.1, "0.1s"),
-            (450.0, "7m30s"),
-            (1012.5, "16m52.5s"),
-            (1200.0, "20m"),
-            (3600.0, "1h"),
-            (9000.0, "2h30m"),
-            (0.0, "0s"),
-            (f64::NAN, "0s"),
-        ] {
-            assert_eq!(human_secs(s), want, "{s}");
-        }
     }
 }
