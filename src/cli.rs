@@ -2,8 +2,8 @@
 //! Exit codes: 0 fine, 1 runtime failure, 2 bad configuration or usage.
 
 use crate::config::{self, Config, ConfigError};
-use crate::engine::catalog::Catalog;
-use crate::engine::plan;
+use crate::core::catalog::Catalog;
+use crate::core::plan;
 use crate::engine::settings::SettingsLayers;
 use crate::model::{MonitoringSettings, Profile, SchedulerMode, human_secs};
 use crate::model::{TaskKey, Timestamp};

@@ -12,8 +12,8 @@ pub use series::PollSeries;
 use series::{family, gauge, labels};
 
 use crate::core::Scheduler;
+use crate::core::catalog::Catalog;
 use crate::engine::budget::BudgetState;
-use crate::engine::catalog::Catalog;
 use crate::model::{ErrorCategory, TaskKey, Timestamp};
 use prometheus::core::{Collector, Desc};
 use prometheus::{

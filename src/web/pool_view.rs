@@ -3,9 +3,9 @@
 //! and `pollster plan --format json` all show, so their field names cannot
 //! drift apart. The planning itself is `core::plan`; this only presents it.
 
+use crate::core::catalog::Catalog;
+use crate::core::plan::{self, PoolStatus, Shapes};
 use crate::core::solver::GroupPlan;
-use crate::engine::catalog::Catalog;
-use crate::engine::plan::{self, PoolStatus, Shapes};
 use crate::model::{Profile, SchedulerMode, SchedulerSettings};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -1,10 +1,9 @@
-//! The catalog: which instances and types exist, and the tasks they imply.
-//! Rebuilt (copy-on-write) when instances change; workers read it through an
-//! `Arc` so a poll never holds a lock.
+//! The catalog: which instances, types and budget pools exist. Plain data;
+//! the tasks it implies are planned in [`crate::core::plan`]. The engine
+//! rebuilds it (copy-on-write) when instances change, and workers read it
+//! through an `Arc` so a poll never holds a lock.
 
-use super::plan::{self, PoolStatus, Shapes};
-use crate::core::task::TaskMeta;
-use crate::model::{BaseUrl, BudgetConfig, GroupDef, InstanceConfig, SchedulerSettings, TaskKey, TypeDef};
+use crate::model::{BaseUrl, BudgetConfig, GroupDef, InstanceConfig, TaskKey, TypeDef};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -70,51 +69,6 @@ impl Catalog {
                 provisioned,
             },
         );
-    }
-
-    /// Every task the catalog implies: one per (enabled instance, group),
-    /// with the interval, pool, cost and hold the plan gives it.
-    pub fn tasks(
-        &self,
-        s: &SchedulerSettings,
-        plans: &BTreeMap<String, PoolStatus>,
-        shapes: &Shapes,
-    ) -> Vec<(TaskKey, TaskMeta)> {
-        let mut out = Vec::new();
-        for e in self.instances.values() {
-            if !e.config.enabled {
-                continue;
-            }
-            let Some(ty) = self.types.get(&e.config.type_name) else {
-                continue;
-            };
-            let type_name: Arc<str> = Arc::from(ty.name.as_str());
-            let instance: Arc<str> = Arc::from(e.config.name.as_str());
-            let pool: Option<Arc<str>> = e
-                .config
-                .budget
-                .as_deref()
-                .filter(|p| plans.contains_key(*p))
-                .map(Arc::from);
-            for g in &ty.groups {
-                let (planned, hold) = plan::task_plan(plans, &e.config, ty, g, shapes, s);
-                out.push((
-                    TaskKey {
-                        instance: instance.clone(),
-                        group: Arc::from(g.name.as_str()),
-                    },
-                    TaskMeta {
-                        type_name: type_name.clone(),
-                        priority: g.priority,
-                        planned,
-                        pool: pool.clone(),
-                        cost: plan::execution_cost(&e.config, shapes, g).max(1.0),
-                        hold,
-                    },
-                ));
-            }
-        }
-        out
     }
 
     /// The instance and group a task polls.
