@@ -5,8 +5,8 @@
 use askama::Template;
 use criterion::{Criterion, criterion_group, criterion_main};
 use pollster::config;
+use pollster::core::catalog::Catalog;
 use pollster::engine::Shared;
-use pollster::engine::catalog::Catalog;
 use pollster::engine::settings::SettingsLayers;
 use pollster::model::{ErrorCategory, ErrorKind, InstanceConfig, PollError, PollSuccess, Timestamp};
 use pollster::store::{Rollup, Store};

@@ -4,7 +4,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use pollster::core::Scheduler;
-use pollster::engine::catalog::Catalog;
+use pollster::core::catalog::Catalog;
 use pollster::engine::snapshot::SnapshotSource;
 use pollster::metrics::Metrics;
 use pollster::model::{InstanceConfig, MonitoringSettings, TaskKey, TypeDef};

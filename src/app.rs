@@ -4,7 +4,7 @@
 //! [`Application::build_with_listeners`] and run the real server in-process.
 
 use crate::config::Config;
-use crate::engine::catalog::Catalog;
+use crate::core::catalog::Catalog;
 use crate::engine::ports::Ports;
 use crate::engine::settings::SettingsLayers;
 use crate::engine::{Engine, SHUTDOWN_GRACE, Shared};
@@ -219,7 +219,7 @@ impl Application {
             catalog.insert(i, false);
         }
 
-        if let Err(message) = crate::engine::plan::gate(&catalog, &Default::default(), &settings.scheduler) {
+        if let Err(message) = crate::core::plan::gate(&catalog, &Default::default(), &settings.scheduler) {
             return Err(AppError::OverBudget(message));
         }
         // The sink: saved from the UI (a document, or null for "off") in

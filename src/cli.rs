@@ -2,13 +2,15 @@
 //! Exit codes: 0 fine, 1 runtime failure, 2 bad configuration or usage.
 
 use crate::config::{self, Config, ConfigError};
-use crate::engine::catalog::Catalog;
-use crate::engine::plan;
+use crate::core::catalog::Catalog;
+use crate::core::plan;
 use crate::engine::settings::SettingsLayers;
-use crate::model::MonitoringSettings;
+use crate::model::{MonitoringSettings, Profile, SchedulerMode, human_secs};
 use crate::model::{TaskKey, Timestamp};
 use crate::store::{Store, StoreError};
+use crate::web::pool_view::PoolView;
 use clap::{Args, Parser, Subcommand};
+use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
@@ -234,16 +236,104 @@ pub fn plan(file: &Path, format: PlanFormat) -> Result<String, Failure> {
     let (cat, settings) = config_plan(&c)?;
     let pools = plan::solve_all(&cat, &Default::default(), &settings.scheduler, &Default::default());
     Ok(match format {
-        PlanFormat::Table => plan::table(&pools),
+        PlanFormat::Table => plan_table(&pools),
         PlanFormat::Json => {
             let doc = serde_json::json!({
-                "pools": pools.values().map(plan::PoolView::from_status).collect::<Vec<_>>(),
+                "pools": pools.values().map(PoolView::from_status).collect::<Vec<_>>(),
             });
             let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
             s.push('\n');
             s
         }
     })
+}
+
+/// The plan as the text table `pollster plan` prints.
+fn plan_table(pools: &BTreeMap<String, plan::PoolStatus>) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    if pools.is_empty() {
+        out.push_str("no budget pools: every instance is unbudgeted (floors, pins and adaptive limits only)\n");
+    }
+    for p in pools.values() {
+        let plan = &p.plan;
+        let _ = writeln!(
+            out,
+            "pool {}  mode {}  profile {}  instances {}",
+            p.name,
+            match p.mode {
+                SchedulerMode::Adaptive => "adaptive",
+                SchedulerMode::Fixed => "fixed",
+            },
+            p.profile.map(Profile::name).unwrap_or("none (full)"),
+            p.instances
+        );
+        let verdict = if !plan.over_budget {
+            "fits".to_string()
+        } else if plan.fits_after_shedding {
+            "OVER BUDGET (fits after shedding)".to_string()
+        } else {
+            "OVER BUDGET".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "  budget {:.3} rps  effective {:.3} rps  target {:.3} rps ({:.0}%)  demand {:.3} rps  utilisation {:.0}%  {verdict}",
+            plan.budget_rps,
+            plan.effective_budget_rps,
+            plan.target_rps,
+            plan.target_utilization * 100.0,
+            plan.total_demand_rps,
+            plan.utilization * 100.0,
+        );
+        if !p.shape.is_empty() {
+            let shape: Vec<String> = p.shape.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(out, "  shape {}", shape.join(" "));
+        }
+        let _ = writeln!(
+            out,
+            "  {:<40} {:>4} {:>10} {:>10} {:>7} {:>8} {:>11}  flags",
+            "GROUP", "PRIO", "FLOOR", "INTERVAL", "STRETCH", "COST", "DEMAND/s"
+        );
+        for g in &plan.groups {
+            let mut flags = Vec::new();
+            if g.pinned {
+                flags.push(if g.pin_below_floor {
+                    "pinned(below floor)"
+                } else {
+                    "pinned"
+                });
+            }
+            if g.shed {
+                flags.push("shed");
+            }
+            if !g.enabled {
+                flags.push("off");
+            }
+            if !g.gated {
+                flags.push("ungated");
+            }
+            if g.stretch_factor > 1.0 + 1e-9 && !g.pinned {
+                flags.push("stretched");
+            }
+            let _ = writeln!(
+                out,
+                "  {:<40} {:>4} {:>10} {:>10} {:>7.2} {:>8.1} {:>11.4}  {}",
+                format!("{}/{}", g.type_name, g.name),
+                g.priority,
+                human_secs(g.floor_s),
+                human_secs(g.interval_s),
+                g.stretch_factor,
+                g.cost_per_cycle,
+                g.demand_rps,
+                flags.join(",")
+            );
+        }
+        for w in &plan.warnings {
+            let _ = writeln!(out, "  warning: {w}");
+        }
+        out.push('\n');
+    }
+    out
 }
 
 pub fn check_config(file: &Path) -> Result<String, Failure> {

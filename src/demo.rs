@@ -172,8 +172,8 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::catalog::Catalog;
-    use crate::engine::plan;
+    use crate::core::catalog::Catalog;
+    use crate::core::plan;
     use crate::model::SchedulerSettings;
 
     #[test]

@@ -10,8 +10,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use common::TestApp;
 use pollster::core::Scheduler;
+use pollster::core::catalog::Catalog;
 use pollster::engine::budget::BudgetState;
-use pollster::engine::catalog::Catalog;
 use pollster::model::{
     BudgetConfig, GroupDef, InstanceConfig, MonitoringSettings, PollResult, Profile, TaskKey, Timestamp, TypeDef,
 };
@@ -110,7 +110,7 @@ async fn simulate(minutes: u64, configured_rps: f64, api_limit: u32) -> (Vec<u32
     let replan = |budgets: &mut BudgetState, sched: &mut Scheduler, now: Timestamp| {
         budgets.resolve(&cat, &settings.scheduler, now);
         sched.set_pool("api", budgets.effective_rps("api"), 2, now);
-        for (k, meta) in cat.tasks(&settings.scheduler, &budgets.plans, &budgets.shapes) {
+        for (k, meta) in pollster::core::plan::tasks(&cat, &settings.scheduler, &budgets.plans, &budgets.shapes) {
             sched.place(k, meta, None, now, true);
         }
     };

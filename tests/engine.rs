@@ -11,8 +11,8 @@ use pollster::core::scheduler::OperatorOp;
 use pollster::engine::Shared;
 use pollster::engine::ports::{Fetch, Ports};
 use pollster::model::{
-    BreakerState, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
-    TaskKey, Timestamp, TypeDef,
+    BaseUrl, BreakerState, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult,
+    PollSuccess, TaskKey, Timestamp, TypeDef,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -66,7 +66,7 @@ impl Fetch for Scripted {
     async fn fetch(
         &self,
         instance: &InstanceConfig,
-        _base: Option<&reqwest::Url>,
+        _base: Option<&BaseUrl>,
         _group: &GroupDef,
         _items: &[String],
     ) -> PollResult {

@@ -8,9 +8,11 @@
 pub mod aimd;
 pub mod backoff;
 pub mod bucket;
+pub mod catalog;
 pub mod classify;
 pub mod interval;
 pub mod phase;
+pub mod plan;
 pub mod queue;
 pub mod retry_schedule;
 pub mod scheduler;

@@ -3,11 +3,11 @@
 //!
 //! Plain data behind one mutex in [`Shared`](super::Shared); every rule is
 //! in the pure modules it calls (`core::aimd`, `core::solver`,
-//! `engine::plan`). The clock arrives as arguments.
+//! `core::plan`). The clock arrives as arguments.
 
-use super::catalog::Catalog;
-use super::plan::{self, PoolStatus, Shapes};
 use crate::core::aimd::{Aimd, AimdSettings, RateSignal};
+use crate::core::catalog::Catalog;
+use crate::core::plan::{self, PoolStatus, Shapes};
 use crate::model::{SchedulerMode, SchedulerSettings, ShapeUpdate, Timestamp};
 use std::collections::BTreeMap;
 use std::time::Duration;

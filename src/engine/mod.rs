@@ -19,8 +19,6 @@
 //! write an older record over a dead-letter move.
 
 pub mod budget;
-pub mod catalog;
-pub mod plan;
 pub mod ports;
 pub mod settings;
 pub mod snapshot;
@@ -30,6 +28,8 @@ mod tests;
 
 use crate::config::SinkConfig;
 use crate::core::Scheduler;
+use crate::core::catalog::Catalog;
+use crate::core::plan;
 use crate::core::scheduler::{OpError, OperatorOp, Prepared};
 use crate::core::task::{DeadLetterMove, Transition};
 use crate::metrics::Metrics;
@@ -40,7 +40,6 @@ use crate::sink::event::{BreakerEvent, DeadLetterAction, DeadLetterEvent, Event,
 use crate::sink::{Sink, SinkMetrics};
 use crate::store::{OutboxEvent, Store};
 use budget::BudgetState;
-use catalog::Catalog;
 use ports::{Clock, Fetch, Ports};
 use rand::rngs::StdRng;
 use settings::SettingsLayers;
@@ -346,7 +345,7 @@ impl Shared {
         let mut b = lock(&self.budgets);
         let settings = self.sched().settings().scheduler.clone();
         b.resolve(&cat, &settings, now);
-        let desired = cat.tasks(&settings, &b.plans, &b.shapes);
+        let desired = plan::tasks(&cat, &settings, &b.plans, &b.shapes);
         let mut s = self.sched();
         for pool in &cat.budgets {
             s.set_pool(&pool.name, b.effective_rps(&pool.name), pool.burst, now);

@@ -8,7 +8,7 @@
 //! store's typed functions (`write_tasks_with_events`, `load_tasks`), on a
 //! real redb file in tests too.
 
-use crate::model::{GroupDef, InstanceConfig, PollResult, Timestamp};
+use crate::model::{BaseUrl, GroupDef, InstanceConfig, PollResult, Timestamp};
 use crate::poll::Poller;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -67,7 +67,7 @@ pub trait Fetch: Send + Sync + 'static {
     async fn fetch(
         &self,
         instance: &InstanceConfig,
-        base: Option<&reqwest::Url>,
+        base: Option<&BaseUrl>,
         group: &GroupDef,
         items: &[String],
     ) -> PollResult;
@@ -78,7 +78,7 @@ impl Fetch for Poller {
     async fn fetch(
         &self,
         instance: &InstanceConfig,
-        base: Option<&reqwest::Url>,
+        base: Option<&BaseUrl>,
         group: &GroupDef,
         items: &[String],
     ) -> PollResult {

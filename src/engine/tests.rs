@@ -3,8 +3,8 @@
 //! record, against a real store.
 
 use super::Shared;
-use super::catalog::Catalog;
 use super::settings::SettingsLayers;
+use crate::core::catalog::Catalog;
 use crate::core::scheduler::OperatorOp;
 use crate::core::task::TaskMeta;
 use crate::model::{

@@ -13,7 +13,7 @@ mod series;
 pub use series::PollSeries;
 use series::{family, gauge, labels};
 
-use crate::engine::catalog::Catalog;
+use crate::core::catalog::Catalog;
 use crate::engine::snapshot::{Detail, PoolFigures, SnapshotSource};
 use crate::model::{ErrorCategory, TaskKey};
 use prometheus::core::{Collector, Desc};

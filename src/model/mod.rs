@@ -6,6 +6,7 @@
 //! (§6) and the stored settings, so a value written in one place reads the same
 //! in the others.
 
+mod base_url;
 mod instance;
 mod outcome;
 mod record;
@@ -13,6 +14,7 @@ mod settings;
 mod time;
 mod types;
 
+pub use base_url::*;
 pub use instance::*;
 pub use outcome::*;
 pub use record::*;

@@ -56,6 +56,15 @@ impl Profile {
             Profile::Full => 4,
         }
     }
+
+    /// The name as the config file writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Availability => "availability",
+            Profile::Standard => "standard",
+            Profile::Full => "full",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

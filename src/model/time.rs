@@ -56,6 +56,31 @@ impl Timestamp {
     }
 }
 
+/// Seconds for people: `45s`, `4.5s`, `7m30s`, `16m52.5s`, `1h`, `2h30m`.
+pub fn human_secs(s: f64) -> String {
+    if !s.is_finite() || s <= 0.0 {
+        return "0s".into();
+    }
+    // Whole milliseconds, then drop what is zero.
+    let ms = (s * 1000.0).round() as u64;
+    let (h, rest) = (ms / 3_600_000, ms % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let secs = rest as f64 / 1000.0;
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if rest > 0 || out.is_empty() {
+        let t = format!("{secs:.3}");
+        let t = t.trim_end_matches('0').trim_end_matches('.');
+        out.push_str(&format!("{t}s"));
+    }
+    out
+}
+
 /// Serde for `Duration` written as `250ms`, `10s`, `5m`, `1h`.
 pub mod duration_str {
     use serde::{Deserialize, Deserializer, Serializer};
@@ -142,5 +167,23 @@ mod tests {
             "2025-03-21T18:05:00.123Z"
         );
         assert_eq!(Timestamp(u64::MAX).to_rfc3339_millis(), "9999-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn seconds_read_like_durations() {
+        for (s, want) in [
+            (45.0, "45s"),
+            (4.5, "4.5s"),
+            (0.1, "0.1s"),
+            (450.0, "7m30s"),
+            (1012.5, "16m52.5s"),
+            (1200.0, "20m"),
+            (3600.0, "1h"),
+            (9000.0, "2h30m"),
+            (0.0, "0s"),
+            (f64::NAN, "0s"),
+        ] {
+            assert_eq!(human_secs(s), want, "{s}");
+        }
     }
 }

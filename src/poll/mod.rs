@@ -42,7 +42,7 @@ pub mod tls;
 mod tests;
 
 use crate::model::{
-    Auth, ErrorCategory, ErrorKind, FailedItem, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
+    Auth, BaseUrl, ErrorCategory, ErrorKind, FailedItem, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
     parse_fingerprint,
 };
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
@@ -118,7 +118,7 @@ impl Poller {
     pub async fn poll_with_base(
         &self,
         instance: &InstanceConfig,
-        base: Option<&reqwest::Url>,
+        base: Option<&BaseUrl>,
         group: &GroupDef,
         items: &[String],
     ) -> PollResult {
@@ -146,7 +146,7 @@ impl Poller {
     async fn fetch_timed(
         &self,
         instance: &InstanceConfig,
-        base: &reqwest::Url,
+        base: &BaseUrl,
         path: &str,
         shape: Option<ShapeSpec<'_>>,
         forward: bool,
@@ -164,7 +164,7 @@ impl Poller {
     async fn fetch(
         &self,
         instance: &InstanceConfig,
-        base: &reqwest::Url,
+        base: &BaseUrl,
         path: &str,
         shape: Option<ShapeSpec<'_>>,
         forward: bool,
@@ -227,7 +227,7 @@ impl Poller {
     async fn poll_fan_out(
         &self,
         instance: &InstanceConfig,
-        base: &reqwest::Url,
+        base: &BaseUrl,
         group: &GroupDef,
         source: &str,
         items: &[String],
@@ -256,7 +256,7 @@ impl Poller {
     async fn poll_item(
         &self,
         instance: &InstanceConfig,
-        base: &reqwest::Url,
+        base: &BaseUrl,
         group: &GroupDef,
         item: &str,
         end: Option<tokio::time::Instant>,
@@ -339,25 +339,20 @@ pub fn join_url(base: &str, path: &str) -> Result<reqwest::Url, PollError> {
     join_parsed(&parse_base(base)?, path)
 }
 
-/// The instance URL, parsed and checked (http or https, with a host). The
-/// catalog parses it once per instance, not once per poll.
-pub fn parse_base(base: &str) -> Result<reqwest::Url, PollError> {
-    let url = reqwest::Url::parse(base.trim()).map_err(|e| invalid_url(format!("invalid url {base:?}: {e}")))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(invalid_url(format!(
-            "invalid url {base:?}: must be http:// or https:// with a host"
-        )));
-    }
-    Ok(url)
+/// The instance URL, parsed and checked (http or https, with a host), with
+/// a failure classified as `Permanent`/`InvalidUrl`. The catalog parses it
+/// once per instance, not once per poll.
+pub fn parse_base(base: &str) -> Result<BaseUrl, PollError> {
+    BaseUrl::parse(base).map_err(|e| invalid_url(format!("invalid url {base:?}: {}", e.message)))
 }
 
 /// A parsed instance URL joined with a group path, as [`join_url`] does.
-pub fn join_parsed(base: &reqwest::Url, path: &str) -> Result<reqwest::Url, PollError> {
+pub fn join_parsed(base: &BaseUrl, path: &str) -> Result<reqwest::Url, PollError> {
     if path.is_empty() {
-        return Ok(base.clone());
+        return Ok(base.as_url().clone());
     }
     // The group path may carry its own query string; the base's is dropped.
-    let mut url = base.clone();
+    let mut url = base.as_url().clone();
     url.set_query(None);
     url.set_fragment(None);
     let joined = format!(

@@ -9,6 +9,7 @@ pub mod chart;
 pub mod error;
 pub mod ops;
 pub mod pages;
+pub mod pool_view;
 pub mod redact;
 pub mod serve;
 pub mod session;

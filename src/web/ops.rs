@@ -51,7 +51,7 @@ async fn persist(app: &AppState, i: InstanceConfig, events: Vec<OutboxEvent>) ->
 
 /// The instance `name`, if it exists and may be changed through the API.
 fn editable<'a>(
-    cat: &'a crate::engine::catalog::Catalog,
+    cat: &'a crate::core::catalog::Catalog,
     name: &str,
     verb: &str,
 ) -> Result<&'a InstanceConfig, ApiError> {
@@ -177,7 +177,7 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
         let started = Instant::now();
         let items: Vec<String> = {
             let b = crate::engine::lock(&app.shared.budgets);
-            crate::engine::plan::fan_out_items(&e.config, &b.shapes, &g).to_vec()
+            crate::core::plan::fan_out_items(&e.config, &b.shapes, &g).to_vec()
         };
         let hard = crate::poll::deadline(&e.config, &g, items.len()) + Duration::from_millis(500);
         let r = tokio::time::timeout(hard, app.shared.fetch.fetch(&e.config, None, &g, &items)).await;

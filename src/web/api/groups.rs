@@ -4,9 +4,9 @@
 //! shows the same data, and `/status?format=json` returns it.
 
 use crate::engine::Shared;
-use crate::engine::plan::{PoolView, UNBUDGETED};
 use crate::model::Timestamp;
 use crate::web::AppState;
+use crate::web::pool_view::{PoolView, UNBUDGETED};
 use axum::Json;
 use axum::extract::State;
 use serde::Serialize;

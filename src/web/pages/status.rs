@@ -5,10 +5,11 @@
 //! highlighted. `?format=json` returns the same data as JSON.
 
 use super::{Layout, layout};
-use crate::engine::plan::{GroupView, PoolView, human_secs, profile_name};
+use crate::model::{Profile, human_secs};
 use crate::web::AppState;
 use crate::web::api::groups::{PlanDoc, plan_doc};
 use crate::web::error::QueryParams;
+use crate::web::pool_view::{GroupView, PoolView};
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Json;
@@ -95,7 +96,7 @@ fn card(v: PoolView) -> PoolCard {
             crate::model::SchedulerMode::Adaptive => "adaptive",
             crate::model::SchedulerMode::Fixed => "fixed (floors and pins only)",
         },
-        profile: v.profile.map(profile_name).unwrap_or("none (full)").to_string(),
+        profile: v.profile.map(Profile::name).unwrap_or("none (full)").to_string(),
         budget: rps(v.budget_rps),
         effective: rps(v.effective_budget_rps),
         target: match v.target_rps {

@@ -1,10 +1,9 @@
-//! The catalog: which instances and types exist, and the tasks they imply.
-//! Rebuilt (copy-on-write) when instances change; workers read it through an
-//! `Arc` so a poll never holds a lock.
+//! The catalog: which instances, types and budget pools exist. Plain data;
+//! the tasks it implies are planned in [`crate::core::plan`]. The engine
+//! rebuilds it (copy-on-write) when instances change, and workers read it
+//! through an `Arc` so a poll never holds a lock.
 
-use super::plan::{self, PoolStatus, Shapes};
-use crate::core::task::TaskMeta;
-use crate::model::{BudgetConfig, GroupDef, InstanceConfig, SchedulerSettings, TaskKey, TypeDef};
+use crate::model::{BaseUrl, BudgetConfig, GroupDef, InstanceConfig, TaskKey, TypeDef};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -13,7 +12,7 @@ pub struct InstanceEntry {
     pub config: Arc<InstanceConfig>,
     /// `config.url`, parsed once (`None` when it does not parse: the poll
     /// then reports why).
-    pub base_url: Option<Arc<reqwest::Url>>,
+    pub base_url: Option<Arc<BaseUrl>>,
     /// Defined in the config file: read-only in the UI and API.
     pub provisioned: bool,
 }
@@ -23,7 +22,7 @@ pub struct InstanceEntry {
 #[derive(Debug, Clone)]
 pub struct Target {
     pub instance: Arc<InstanceConfig>,
-    pub base_url: Option<Arc<reqwest::Url>>,
+    pub base_url: Option<Arc<BaseUrl>>,
     ty: Arc<TypeDef>,
     index: usize,
 }
@@ -65,56 +64,11 @@ impl Catalog {
         self.instances.insert(
             config.name.clone(),
             InstanceEntry {
-                base_url: crate::poll::parse_base(&config.url).ok().map(Arc::new),
+                base_url: BaseUrl::parse(&config.url).ok().map(Arc::new),
                 config: Arc::new(config),
                 provisioned,
             },
         );
-    }
-
-    /// Every task the catalog implies: one per (enabled instance, group),
-    /// with the interval, pool, cost and hold the plan gives it.
-    pub fn tasks(
-        &self,
-        s: &SchedulerSettings,
-        plans: &BTreeMap<String, PoolStatus>,
-        shapes: &Shapes,
-    ) -> Vec<(TaskKey, TaskMeta)> {
-        let mut out = Vec::new();
-        for e in self.instances.values() {
-            if !e.config.enabled {
-                continue;
-            }
-            let Some(ty) = self.types.get(&e.config.type_name) else {
-                continue;
-            };
-            let type_name: Arc<str> = Arc::from(ty.name.as_str());
-            let instance: Arc<str> = Arc::from(e.config.name.as_str());
-            let pool: Option<Arc<str>> = e
-                .config
-                .budget
-                .as_deref()
-                .filter(|p| plans.contains_key(*p))
-                .map(Arc::from);
-            for g in &ty.groups {
-                let (planned, hold) = plan::task_plan(plans, &e.config, ty, g, shapes, s);
-                out.push((
-                    TaskKey {
-                        instance: instance.clone(),
-                        group: Arc::from(g.name.as_str()),
-                    },
-                    TaskMeta {
-                        type_name: type_name.clone(),
-                        priority: g.priority,
-                        planned,
-                        pool: pool.clone(),
-                        cost: plan::execution_cost(&e.config, shapes, g).max(1.0),
-                        hold,
-                    },
-                ));
-            }
-        }
-        out
     }
 
     /// The instance and group a task polls.
