@@ -17,7 +17,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -119,20 +119,7 @@ struct Server(Child);
 
 impl Server {
     fn start(pollster: &Path, config: &Path, log: &Path) -> Result<Server, String> {
-        let file = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(log)
-            .map_err(|e| format!("{}: {e}", log.display()))?;
-        let child = Command::new(pollster)
-            .args(["serve", "--config", &config.to_string_lossy()])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", pollster.display()))?;
-        Ok(Server(child))
+        Ok(Server(crate::torture::procs::spawn_serve(pollster, config, log)?))
     }
 
     fn kill9(&mut self) {
@@ -199,15 +186,7 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
         ),
     )
     .map_err(|e| format!("{}: {e}", config.display()))?;
-    let out = Command::new(&opts.pollster)
-        .args(["admin", "create-token", "--config", &config.to_string_lossy()])
-        .args(["--name", "events"])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", opts.pollster.display()))?;
-    if !out.status.success() {
-        return Err(format!("create-token failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let token = crate::torture::procs::create_token(&opts.pollster, &config, "events")?;
     let api = format!("http://127.0.0.1:{api_port}");
     // The server closes a connection idle for 10 s; a pooled one is not
     // reused near that moment.

@@ -51,7 +51,7 @@
 pub(crate) mod port;
 
 mod checks;
-mod procs;
+pub(crate) mod procs;
 mod report;
 mod schedule;
 
@@ -64,7 +64,6 @@ use report::Report;
 use schedule::{check_run, max_window_rate, record_samples, stored_schedule, unix_ms};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Failing behaviours the driver flips healthy instances to.
@@ -227,15 +226,7 @@ pub async fn run(opts: &Options) -> Result<Report, String> {
     .map_err(|e| format!("{}: {e}", config.display()))?;
     client.api = format!("http://127.0.0.1:{api_port}");
     seed_store(&data)?;
-    let out = Command::new(&opts.pollster)
-        .args(["admin", "create-token", "--config", &config.to_string_lossy()])
-        .args(["--name", "torture"])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", opts.pollster.display()))?;
-    if !out.status.success() {
-        return Err(format!("create-token failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    client.token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    client.token = procs::create_token(&opts.pollster, &config, "torture")?;
 
     let configured = |st: &State| (opts.instances - st.discarded.len()) as f64 / opts.floor.as_secs_f64();
     report.window = opts.window;

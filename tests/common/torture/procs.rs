@@ -85,14 +85,7 @@ impl ServerProc {
             .open(log)
             .map_err(|e| format!("{}: {e}", log.display()))?;
         let _ = writeln!(file, "==== start {n}");
-        let child = Command::new(&opts.pollster)
-            .args(["serve", "--config", &config.to_string_lossy()])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", opts.pollster.display()))?;
+        let child = spawn_serve_logging(&opts.pollster, config, file)?;
         Ok(ServerProc {
             child,
             started: Instant::now(),
@@ -313,6 +306,42 @@ impl Sampler {
         self.task.abort();
         std::mem::take(&mut *self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+/// `pollster admin create-token` on a stopped server's config: the token.
+pub(crate) fn create_token(pollster: &Path, config: &Path, name: &str) -> Result<String, String> {
+    let out = Command::new(pollster)
+        .args(["admin", "create-token", "--config", &config.to_string_lossy()])
+        .args(["--name", name])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", pollster.display()))?;
+    if !out.status.success() {
+        return Err(format!("create-token failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `pollster serve --config CONFIG`, its log appended to `log` (the
+/// change-event case of tests/torture.rs; the example has no use for it).
+#[allow(dead_code)]
+pub(crate) fn spawn_serve(pollster: &Path, config: &Path, log: &Path) -> Result<Child, String> {
+    let file = File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    spawn_serve_logging(pollster, config, file)
+}
+
+fn spawn_serve_logging(pollster: &Path, config: &Path, log: File) -> Result<Child, String> {
+    Command::new(pollster)
+        .args(["serve", "--config", &config.to_string_lossy()])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", pollster.display()))
 }
 
 pub(super) fn ms(d: Duration) -> String {
