@@ -149,7 +149,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
     );
     println!();
     println!("  Health API   curl -H 'Authorization: Bearer {token}' http://{api}/api/monitoring/scheduler/health");
-    println!("  Web UI       http://{api}/   (first visit: choose the admin password)");
+    println!("  Web UI       http://{api}/   (first visit: the setup code below, then the admin password)");
     println!("  Plan         http://{api}/status   (the {DEMO_POOL} pool's stretched plan)");
     println!("  Metrics      http://{metrics}/metrics");
     match &args.sink {
