@@ -49,32 +49,24 @@ fn app(dir: &std::path::Path) -> AppState {
     shared.reconcile(now, &mut HashMap::new(), true);
     // A realistic mix: most tasks succeeded, some failing, some dead-lettered.
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
-    {
-        let mut s = shared.sched();
-        let mut n = 0;
-        while let Some(d) = s.pop_due(now) {
-            let result = match n % 50 {
-                0 => Err(PollError::new(
-                    ErrorCategory::Permanent,
-                    ErrorKind::Http,
-                    "HTTP 401 Unauthorized",
-                )),
-                1 | 2 => Err(PollError::new(
-                    ErrorCategory::Transient,
-                    ErrorKind::Timeout,
-                    "timed out after 10s",
-                )),
-                _ => Ok(PollSuccess {
-                    status: 200,
-                    digest: n,
-                    body_bytes: 100,
-                    ..Default::default()
-                }),
-            };
-            s.complete(&d.key, &result, now, &mut rng);
-            n += 1;
-        }
-    }
+    shared.complete_due_now(now, &mut rng, |n, _| match n % 50 {
+        0 => Err(PollError::new(
+            ErrorCategory::Permanent,
+            ErrorKind::Http,
+            "HTTP 401 Unauthorized",
+        )),
+        1 | 2 => Err(PollError::new(
+            ErrorCategory::Transient,
+            ErrorKind::Timeout,
+            "timed out after 10s",
+        )),
+        _ => Ok(PollSuccess {
+            status: 200,
+            digest: n as u64,
+            body_bytes: 100,
+            ..Default::default()
+        }),
+    });
     AppState::new(shared, WebState::new(Vec::new(), None))
 }
 

@@ -3,7 +3,6 @@
 //! rules. A baseline for making them cheaper.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use pollster::core::Scheduler;
 use pollster::core::catalog::Catalog;
 use pollster::engine::snapshot::SnapshotSource;
 use pollster::metrics::Metrics;
@@ -11,7 +10,7 @@ use pollster::model::{InstanceConfig, MonitoringSettings, TaskKey, TypeDef};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::hint::black_box;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 const INSTANCES: usize = 100_000;
@@ -47,9 +46,8 @@ fn per_poll(c: &mut Criterion) {
 
     // One task's poll series looked up per poll, among 100k.
     let http: Arc<str> = Arc::from("http");
-    let snapshots = SnapshotSource::new(
-        Arc::new(Mutex::new(Scheduler::new(MonitoringSettings::default()))),
-        Default::default(),
+    let snapshots = SnapshotSource::detached(
+        MonitoringSettings::default(),
         Arc::new(pollster::engine::ports::SystemClock),
     );
     let metrics = Metrics::new(snapshots, Default::default()).expect("the metrics registry builds");

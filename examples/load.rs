@@ -231,7 +231,7 @@ fn measure_idle(
     let limit = Duration::from_secs(120 + n / 500);
     let round = loop {
         let dispatched = shared.metrics.dispatch_lateness.get_sample_count();
-        if dispatched >= n && shared.sched().in_flight() == 0 {
+        if dispatched >= n && shared.in_flight() == 0 {
             break built.elapsed();
         }
         assert!(
@@ -265,7 +265,7 @@ fn watch(args: &Args, shared: &Shared, fleet: &Fleet, scrapes: &mut Vec<(Duratio
             let secs = cur.at.duration_since(prev.at).as_secs_f64();
             let rate = (cur.count - prev.count) as f64 / secs;
             let p99 = quantile(&prev, &cur, 0.99) * 1e3;
-            let (in_flight, cores) = (shared.sched().in_flight(), (cur.cpu - prev.cpu) / secs);
+            let (in_flight, cores) = (shared.in_flight(), (cur.cpu - prev.cpu) / secs);
             eprintln!("{rate:>7.0} dispatches/s  p99 {p99:>6.1} ms  in flight {in_flight:>3}  {cores:.2} cores");
             prev = cur;
         }
@@ -296,7 +296,7 @@ impl Snapshot {
             .expect("the lateness histogram has one series")
             .get_histogram();
         // A dispatch is a completion once it is no longer in flight.
-        let in_flight = shared.sched().in_flight() as u64;
+        let in_flight = shared.in_flight() as u64;
         Snapshot {
             at: Instant::now(),
             completed: h.get_sample_count().saturating_sub(in_flight),

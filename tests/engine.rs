@@ -198,8 +198,7 @@ impl Engine {
     }
 
     fn record(&self, instance: &str) -> pollster::model::TaskRecord {
-        let s = self.shared.sched();
-        s.get(&TaskKey::new(instance, "probe")).expect("task").rec.clone()
+        self.shared.task_record(&TaskKey::new(instance, "probe")).expect("task")
     }
 }
 

@@ -19,6 +19,7 @@
 //! write an older record over a dead-letter move.
 
 pub mod budget;
+pub mod handle;
 pub mod ports;
 pub mod settings;
 pub mod snapshot;
@@ -70,11 +71,11 @@ pub enum EngineError {
 }
 
 pub struct Shared {
-    pub scheduler: Arc<Mutex<Scheduler>>,
+    scheduler: Arc<Mutex<Scheduler>>,
     /// The event sink (a no-op when none is configured).
     pub sink: Sink,
     /// The sink's settings in force (environment applied).
-    pub sink_config: Mutex<Option<SinkConfig>>,
+    sink_config: Mutex<Option<SinkConfig>>,
     pub store: Store,
     /// How polls are made (the HTTP poller in production).
     pub fetch: Arc<dyn Fetch>,
@@ -84,18 +85,18 @@ pub struct Shared {
     rng: Mutex<StdRng>,
     pub metrics: Metrics,
     catalog: Arc<RwLock<Arc<Catalog>>>,
-    pub settings: Mutex<SettingsLayers>,
+    settings: Mutex<SettingsLayers>,
     write_lock: tokio::sync::Mutex<()>,
     /// Change events for the next group commit, staged with the scheduler
     /// change they record. Lock order: `scheduler` before `staged`.
     staged: Mutex<Vec<OutboxEvent>>,
     /// Serialises instance changes (check-then-insert).
-    pub catalog_edit: tokio::sync::Mutex<()>,
+    catalog_edit: tokio::sync::Mutex<()>,
     /// Serialises settings changes (validate-then-save).
-    pub settings_edit: tokio::sync::Mutex<()>,
+    settings_edit: tokio::sync::Mutex<()>,
     /// Budget pools: AIMD, solved plans, learned shapes. Lock order:
     /// `budgets` before `scheduler`, never the other way round.
-    pub budgets: Arc<Mutex<BudgetState>>,
+    budgets: Arc<Mutex<BudgetState>>,
     wake: Notify,
     /// When the dispatcher will wake by itself (ms since the epoch, written
     /// under the scheduler lock): 0 while it waits for a worker to free up,
@@ -114,7 +115,7 @@ pub struct Shared {
     minute_errors: AtomicU64,
 }
 
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves valid data (every mutation is
     // a few assignments); keep serving rather than cascading the panic.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -165,7 +166,7 @@ impl Shared {
         }))
     }
 
-    pub fn sched(&self) -> MutexGuard<'_, Scheduler> {
+    fn sched(&self) -> MutexGuard<'_, Scheduler> {
         lock(&self.scheduler)
     }
 
@@ -700,12 +701,7 @@ async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     let result: PollResult = match &target {
         Some(t) => {
             let (instance, group) = (&t.instance, t.group());
-            let items: Vec<String> = if group.fan_out.is_some() {
-                let b = lock(&shared.budgets);
-                plan::fan_out_items(instance, &b.shapes, group).to_vec()
-            } else {
-                Vec::new()
-            };
+            let items = shared.fan_out_items(instance, group);
             // The poller enforces the instance timeout itself; this outer
             // bound guarantees a worker can never hang whatever it does.
             let hard = crate::poll::deadline(instance, group, items.len()) + Duration::from_millis(500);

@@ -208,7 +208,7 @@ pub struct SnapshotSource {
 }
 
 impl SnapshotSource {
-    pub fn new(
+    pub(super) fn new(
         scheduler: Arc<Mutex<Scheduler>>,
         budgets: Arc<Mutex<BudgetState>>,
         clock: Arc<dyn super::ports::Clock>,
@@ -218,6 +218,16 @@ impl SnapshotSource {
             budgets,
             clock,
         }
+    }
+
+    /// A source over an empty schedule of its own: metrics built apart
+    /// from any engine (benchmarks of the metric families).
+    pub fn detached(settings: crate::model::MonitoringSettings, clock: Arc<dyn super::ports::Clock>) -> Self {
+        Self::new(
+            Arc::new(Mutex::new(Scheduler::new(settings))),
+            Default::default(),
+            clock,
+        )
     }
 
     /// The read model now, by the engine's clock.

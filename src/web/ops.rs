@@ -70,7 +70,7 @@ fn editable<'a>(
 
 pub async fn create_instance(app: &AppState, i: InstanceConfig, actor: &str) -> Result<(), ApiError> {
     validate(app, &i)?;
-    let _edit = app.shared.catalog_edit.lock().await;
+    let _edit = app.shared.edit_catalog().await;
     if app.shared.catalog().instances.contains_key(&i.name) {
         return Err(ApiError {
             field: Some("name".into()),
@@ -92,7 +92,7 @@ pub async fn update_instance(
     keep_auth: bool,
     actor: &str,
 ) -> Result<InstanceConfig, ApiError> {
-    let _edit = app.shared.catalog_edit.lock().await;
+    let _edit = app.shared.edit_catalog().await;
     let cat = app.shared.catalog();
     let existing = editable(&cat, name, "change")?;
     if i.name != name {
@@ -124,7 +124,7 @@ pub async fn update_instance(
 }
 
 pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<(), ApiError> {
-    let _edit = app.shared.catalog_edit.lock().await;
+    let _edit = app.shared.edit_catalog().await;
     let cat = app.shared.catalog();
     editable(&cat, name, "remove")?;
     let n = name.to_string();
@@ -175,10 +175,7 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
     let mut results = Vec::new();
     for g in groups {
         let started = Instant::now();
-        let items: Vec<String> = {
-            let b = crate::engine::lock(&app.shared.budgets);
-            crate::core::plan::fan_out_items(&e.config, &b.shapes, &g).to_vec()
-        };
+        let items = app.shared.fan_out_items(&e.config, &g);
         let hard = crate::poll::deadline(&e.config, &g, items.len()) + Duration::from_millis(500);
         let r = tokio::time::timeout(hard, app.shared.fetch.fetch(&e.config, None, &g, &items)).await;
         let duration_ms = started.elapsed().as_millis() as u64;
@@ -236,8 +233,8 @@ pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Res
             }
         }
     }
-    let _edit = app.shared.settings_edit.lock().await;
-    let proposal = crate::engine::lock(&app.shared.settings).propose(&patch);
+    let _edit = app.shared.edit_settings().await;
+    let proposal = app.shared.propose_settings(&patch);
     let (saved, effective) = match proposal {
         Ok(p) => p,
         Err(SettingsError::Locked(field, var)) => {
@@ -260,8 +257,7 @@ pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Res
     app.with_store(move |s| s.put_settings_with_events(SETTINGS_KEY, &doc, &events))
         .await
         .map_err(|e| vec![e])?;
-    crate::engine::lock(&app.shared.settings).saved = saved;
-    app.shared.apply_settings(effective);
+    app.shared.apply_saved_settings(saved, effective);
     tracing::info!(actor, change = %patch, "monitoring settings changed");
     Ok(())
 }
@@ -277,7 +273,7 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
     let Some(obj) = patch.as_object() else {
         return Err(ApiError::invalid(FieldError::new("", &patch, "must be a JSON object")));
     };
-    let _edit = app.shared.catalog_edit.lock().await;
+    let _edit = app.shared.edit_catalog().await;
     let cat = app.shared.catalog();
     let mut doc = match cat.budgets.iter().find(|b| b.name == name) {
         Some(b) => serde_json::to_value(b).map_err(ApiError::internal)?,
@@ -347,9 +343,9 @@ pub fn sink_json(c: &SinkConfig) -> Value {
 /// (422 naming the field), refused for a field an environment variable sets
 /// (409), stored, and applied at once.
 pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Option<SinkConfig>, ApiError> {
-    let _edit = app.shared.settings_edit.lock().await;
-    let locked = crate::engine::lock(&app.shared.settings).env.locked_sink();
-    let current = crate::engine::lock(&app.shared.sink_config).clone();
+    let _edit = app.shared.edit_settings().await;
+    let locked = app.shared.locked_sink();
+    let current = app.shared.sink_config();
     let enabled = match patch.get("enabled") {
         None => None,
         Some(Value::Bool(b)) => Some(*b),
@@ -474,8 +470,7 @@ pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Opti
     let events: Vec<OutboxEvent> = next.iter().map(|_| event.to_outbox(&mut rand::rng())).collect();
     app.with_store(move |s| s.put_settings_with_events(SINK_KEY, &saved, &events))
         .await?;
-    *crate::engine::lock(&app.shared.sink_config) = next.clone();
-    app.shared.sink.reconfigure(next.clone());
+    app.shared.apply_sink_config(next.clone());
     tracing::info!(actor, enabled = next.is_some(), "event sink settings changed");
     Ok(next)
 }

@@ -3,8 +3,7 @@
 //! and `pollster plan --format json` all show, so their field names cannot
 //! drift apart. The planning itself is `core::plan`; this only presents it.
 
-use crate::core::catalog::Catalog;
-use crate::core::plan::{self, PoolStatus, Shapes};
+use crate::core::plan::{PoolStatus, Unbudgeted};
 use crate::core::solver::GroupPlan;
 use crate::model::{Profile, SchedulerMode, SchedulerSettings};
 use serde::Serialize;
@@ -86,9 +85,8 @@ impl PoolView {
     }
 
     /// Instances with no pool: floors and pins only, no budget.
-    pub fn unbudgeted(cat: &Catalog, shapes: &Shapes, s: &SchedulerSettings) -> Option<PoolView> {
-        let u = plan::unbudgeted(cat, shapes, s)?;
-        Some(PoolView {
+    pub fn unbudgeted(u: Unbudgeted, s: &SchedulerSettings) -> PoolView {
+        PoolView {
             name: UNBUDGETED.into(),
             mode: s.mode,
             profile: s.profile,
@@ -109,6 +107,6 @@ impl PoolView {
                 .into_iter()
                 .map(|plan| GroupView { plan, last_ran: None })
                 .collect(),
-        })
+        }
     }
 }

@@ -11,21 +11,15 @@ use axum::{Extension, Json};
 use serde_json::{Value, json};
 
 fn pool_json(app: &AppState, b: &crate::model::BudgetConfig) -> Value {
-    let (effective, instances) = {
-        let bs = crate::engine::lock(&app.shared.budgets);
-        (
-            bs.effective_rps(&b.name),
-            bs.plans.get(&b.name).map(|p| p.instances).unwrap_or(0),
-        )
-    };
+    let pool = app.shared.pool_budget(&b.name);
     json!({
         "name": b.name,
         "requests_per_second": b.requests_per_second,
         "shared_fraction": b.shared_fraction,
         "burst": b.burst,
         "budget_rps": b.budget_rps(),
-        "effective_budget_rps": effective,
-        "instances": instances,
+        "effective_budget_rps": pool.effective_rps,
+        "instances": pool.instances,
     })
 }
 

@@ -3,7 +3,6 @@
 
 use super::health::dead_letter_json;
 use crate::core::scheduler::OperatorOp;
-use crate::engine::snapshot::DeadLetterEntry;
 use crate::model::TaskKey;
 use crate::web::AppState;
 use crate::web::auth::Principal;
@@ -41,17 +40,12 @@ pub async fn list(State(app): State<AppState>, QueryParams(p): QueryParams<Page>
             format!("must be between 1 and {MAX_PER_PAGE}"),
         )));
     }
-    let s = app.shared.sched();
-    let all = s.dead_letters();
-    let tasks: Vec<Value> = all
-        .iter()
-        .skip((page - 1).saturating_mul(per_page))
-        .take(per_page)
-        .filter_map(|t| DeadLetterEntry::of(&t.key, &t.meta.type_name, &t.rec))
-        .map(|d| dead_letter_json(&d))
-        .collect();
+    let (count, entries) = app
+        .shared
+        .dead_letter_page((page - 1).saturating_mul(per_page), per_page);
+    let tasks: Vec<Value> = entries.iter().map(dead_letter_json).collect();
     Ok(Json(json!({
-        "count": all.len(),
+        "count": count,
         "page": page,
         "perPage": per_page,
         "tasks": tasks,

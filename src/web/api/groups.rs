@@ -28,41 +28,27 @@ type GroupKey = (Arc<str>, Arc<str>, Arc<str>);
 /// The plan of every pool as it stands now.
 pub fn plan_doc(shared: &Shared) -> PlanDoc {
     let now = shared.now();
-    let cat = shared.catalog();
-    let settings = shared.monitoring().scheduler;
-    let (mut pools, solved_at) = {
-        let b = crate::engine::lock(&shared.budgets);
-        let mut pools: Vec<PoolView> = b
-            .plans
-            .values()
-            .map(|p| {
-                let mut v = PoolView::from_status(p);
-                v.effective_budget_rps = Some(b.effective_rps(&p.name));
-                v
-            })
-            .collect();
-        pools.extend(PoolView::unbudgeted(&cat, &b.shapes, &settings));
-        (pools, b.solved_at)
-    };
-    // Latest attempt per (pool, type, group), and pool pauses.
+    let reading = shared.plan_reading(now);
+    let mut pools: Vec<PoolView> = reading
+        .pools
+        .iter()
+        .map(|(p, effective)| {
+            let mut v = PoolView::from_status(p);
+            v.effective_budget_rps = Some(*effective);
+            v
+        })
+        .collect();
+    pools.extend(reading.unbudgeted.map(|u| PoolView::unbudgeted(u, &reading.settings)));
+    for v in pools.iter_mut() {
+        v.paused_until = reading.paused_until.get(&v.name).map(|t| t.to_rfc3339());
+    }
+    // Latest attempt per (pool, type, group); a task with no pool counts
+    // under the unbudgeted view.
     let mut last: HashMap<GroupKey, Timestamp> = HashMap::new();
-    {
-        let s = shared.sched();
-        for v in pools.iter_mut() {
-            v.paused_until = s
-                .pool_bucket(&v.name)
-                .and_then(|b| b.paused_until(now))
-                .map(|t| t.to_rfc3339());
-        }
-        for t in s.tasks() {
-            if let Some(at) = t.rec.last_attempt {
-                let pool = t.meta.pool.clone().unwrap_or_else(|| Arc::from(UNBUDGETED));
-                let e = last
-                    .entry((pool, t.meta.type_name.clone(), t.key.group.clone()))
-                    .or_insert(at);
-                *e = (*e).max(at);
-            }
-        }
+    for ((pool, type_name, group), at) in reading.last_attempt {
+        let pool = pool.unwrap_or_else(|| Arc::from(UNBUDGETED));
+        let e = last.entry((pool, type_name, group)).or_insert(at);
+        *e = (*e).max(at);
     }
     for v in pools.iter_mut() {
         let pool: Arc<str> = Arc::from(v.name.as_str());
@@ -77,7 +63,7 @@ pub fn plan_doc(shared: &Shared) -> PlanDoc {
     }
     PlanDoc {
         updated_at: now.to_rfc3339(),
-        solved_at: solved_at.to_rfc3339(),
+        solved_at: reading.solved_at.to_rfc3339(),
         pools,
     }
 }

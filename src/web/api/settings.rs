@@ -15,7 +15,7 @@ pub use crate::web::ops::SETTINGS_KEY;
 
 pub fn settings_document(app: &AppState) -> Value {
     let s = app.shared.monitoring();
-    let locked = crate::engine::lock(&app.shared.settings).locked();
+    let locked = app.shared.locked_settings();
     let mut v = serde_json::to_value(&s).unwrap_or(Value::Null);
     v["locked"] = json!(locked);
     v

@@ -11,8 +11,8 @@ use axum::{Extension, Json};
 use serde_json::{Value, json};
 
 pub fn sink_document(app: &AppState) -> Value {
-    let config = crate::engine::lock(&app.shared.sink_config).clone();
-    let locked = crate::engine::lock(&app.shared.settings).env.locked_sink();
+    let config = app.shared.sink_config();
+    let locked = app.shared.locked_sink();
     json!({
         "sink": config.as_ref().map(ops::sink_json),
         "locked": locked,

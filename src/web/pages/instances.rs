@@ -67,28 +67,25 @@ fn enc(s: &str) -> String {
 
 /// Per instance: a state summarising its tasks, and its last success.
 fn states(app: &AppState) -> HashMap<String, (&'static str, Option<Timestamp>)> {
-    let s = app.shared.sched();
     let mut out: HashMap<String, (&'static str, Option<Timestamp>)> = HashMap::new();
     let rank = |st: &str| STATES.iter().position(|x| *x == st).unwrap_or(0);
-    for t in s.tasks() {
-        let st = if t.rec.disabled {
+    for t in app.shared.task_health() {
+        let st = if t.disabled {
             "disabled"
-        } else if t.rec.dead_letter.is_some() {
+        } else if t.dead_lettered {
             "dead_letter"
-        } else if t.rec.failures > 0 {
+        } else if t.failures > 0 {
             "failing"
-        } else if t.rec.last_success.is_none() {
+        } else if t.last_success.is_none() {
             "pending"
         } else {
             "ok"
         };
-        let e = out
-            .entry(t.key.instance.to_string())
-            .or_insert((st, t.rec.last_success));
+        let e = out.entry(t.instance.to_string()).or_insert((st, t.last_success));
         if rank(st) > rank(e.0) {
             e.0 = st;
         }
-        e.1 = e.1.max(t.rec.last_success);
+        e.1 = e.1.max(t.last_success);
     }
     out
 }

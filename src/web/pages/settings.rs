@@ -249,7 +249,7 @@ pub struct BudgetRow {
 
 fn budget_rows(app: &AppState) -> Vec<BudgetRow> {
     let cat = app.shared.catalog();
-    let b = crate::engine::lock(&app.shared.budgets);
+    let effective = app.shared.effective_budgets();
     cat.budgets
         .iter()
         .map(|p| BudgetRow {
@@ -258,7 +258,7 @@ fn budget_rows(app: &AppState) -> Vec<BudgetRow> {
             shared_fraction: p.shared_fraction.to_string(),
             burst: p.burst,
             budget: format!("{:.2}", p.budget_rps()),
-            effective: format!("{:.2}", b.effective_rps(&p.name)),
+            effective: format!("{:.2}", effective.get(&p.name).copied().unwrap_or(0.0)),
         })
         .collect()
 }
@@ -390,7 +390,7 @@ pub async fn index() -> Redirect {
 
 pub async fn monitoring_page(State(app): State<AppState>, session: Session) -> MonitoringPage {
     let doc = serde_json::to_value(app.shared.monitoring()).unwrap_or(Value::Null);
-    let locked = crate::engine::lock(&app.shared.settings).locked();
+    let locked = app.shared.locked_settings();
     MonitoringPage {
         layout: layout(&session, "Monitoring settings", "monitoring", crumbs()).await,
         sections: views(&doc, None, &locked, &HashMap::new()),
@@ -468,7 +468,7 @@ pub async fn monitoring_save(
     session: Session,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
-    let locked = crate::engine::lock(&app.shared.settings).locked();
+    let locked = app.shared.locked_settings();
     let result = match patch_from_form(&form, &locked) {
         Ok(patch) => ops::save_settings(&app, patch, &who.actor()).await.map_err(|errs| {
             errs.into_iter()

@@ -72,8 +72,8 @@ fn page_for(
     app: &AppState,
     form: Option<&HashMap<String, String>>,
 ) -> (bool, Vec<SinkField>, String, bool, Option<String>) {
-    let config = crate::engine::lock(&app.shared.sink_config).clone();
-    let locked = crate::engine::lock(&app.shared.settings).env.locked_sink();
+    let config = app.shared.sink_config();
+    let locked = app.shared.locked_sink();
     let current = config.clone().unwrap_or_else(|| SinkConfig::new(""));
     let shown = |name: &str| -> String {
         if let Some(v) = form.and_then(|f| f.get(name)) {
@@ -177,7 +177,7 @@ pub async fn save(
     session: Session,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
-    let locked = crate::engine::lock(&app.shared.settings).env.locked_sink();
+    let locked = app.shared.locked_sink();
     let patch = if form.contains_key("turn_off") {
         Ok(Value::Null)
     } else {

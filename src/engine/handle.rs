@@ -1,0 +1,240 @@
+//! What the layers above the engine (web, CLI, tests) may ask of it:
+//! commands that change state and copies that describe it, never a lock.
+//!
+//! Every method here takes the engine's locks itself, briefly and in the
+//! engine's order (budgets before the scheduler), and returns owned data,
+//! so no caller can hold a lock across an `.await` or take two in the wrong
+//! order. The dashboard, health API and metrics read [`super::snapshot`].
+
+use super::settings::SettingsError;
+use super::snapshot::DeadLetterEntry;
+use super::{Shared, lock};
+use crate::config::SinkConfig;
+use crate::core::plan::{self, PoolStatus, Unbudgeted};
+use crate::model::{GroupDef, InstanceConfig, MonitoringSettings, PollResult, TaskKey, TaskRecord, Timestamp};
+use rand::Rng;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// A turn at a check-then-write change (of the catalog, or of the settings):
+/// while it is held, no other change of the same kind starts. Dropping it
+/// ends the turn.
+pub struct EditTurn<'a> {
+    _turn: tokio::sync::MutexGuard<'a, ()>,
+}
+
+/// A budget pool as it stands: its budget in force (AIMD applied) and how
+/// many instances its plan covers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolBudget {
+    pub effective_rps: f64,
+    pub instances: usize,
+}
+
+/// (pool, type, group) of a task; a task with no pool has `None`.
+pub type GroupOfPool = (Option<Arc<str>>, Arc<str>, Arc<str>);
+
+/// Everything the plan view (`/status`, the groups API) shows, copied in
+/// one go.
+#[derive(Debug, Clone)]
+pub struct PlanReading {
+    /// Every pool's solved plan, by name, with its budget in force.
+    pub pools: Vec<(PoolStatus, f64)>,
+    /// The instances with no pool (`None`: there are none).
+    pub unbudgeted: Option<Unbudgeted>,
+    /// The scheduler settings the plans were read with.
+    pub settings: crate::model::SchedulerSettings,
+    /// When the plans were last solved.
+    pub solved_at: Timestamp,
+    /// Pools paused by a `Retry-After`, until when.
+    pub paused_until: HashMap<String, Timestamp>,
+    /// The latest attempt of any task, per (pool, type, group).
+    pub last_attempt: HashMap<GroupOfPool, Timestamp>,
+}
+
+/// One task's health, as the instance list summarises it.
+#[derive(Debug, Clone)]
+pub struct TaskHealth {
+    pub instance: Arc<str>,
+    pub disabled: bool,
+    pub dead_lettered: bool,
+    pub failures: u32,
+    pub last_success: Option<Timestamp>,
+}
+
+impl Shared {
+    /// Wait for a turn at changing the catalog (instances, budget pools):
+    /// check-then-insert stays atomic.
+    pub async fn edit_catalog(&self) -> EditTurn<'_> {
+        EditTurn {
+            _turn: self.catalog_edit.lock().await,
+        }
+    }
+
+    /// Wait for a turn at changing the settings (monitoring, sink):
+    /// validate-then-save stays atomic.
+    pub async fn edit_settings(&self) -> EditTurn<'_> {
+        EditTurn {
+            _turn: self.settings_edit.lock().await,
+        }
+    }
+
+    /// The settings document `patch` would make, and the settings it would
+    /// put in force, without changing anything.
+    pub fn propose_settings(&self, patch: &Value) -> Result<(Value, MonitoringSettings), SettingsError> {
+        lock(&self.settings).propose(patch)
+    }
+
+    /// A proposal from [`Shared::propose_settings`] has been stored: keep
+    /// the saved document and put the settings in force.
+    pub fn apply_saved_settings(&self, saved: Value, effective: MonitoringSettings) {
+        lock(&self.settings).saved = saved;
+        self.apply_settings(effective);
+    }
+
+    /// Settings fields an environment variable sets, with the variable.
+    pub fn locked_settings(&self) -> BTreeMap<String, String> {
+        lock(&self.settings).locked()
+    }
+
+    /// Sink fields an environment variable sets, with the variable.
+    pub fn locked_sink(&self) -> BTreeMap<String, String> {
+        lock(&self.settings).env.locked_sink()
+    }
+
+    /// The sink's settings in force (environment applied); `None` when off.
+    pub fn sink_config(&self) -> Option<SinkConfig> {
+        lock(&self.sink_config).clone()
+    }
+
+    /// Stored new sink settings: put them in force.
+    pub fn apply_sink_config(&self, next: Option<SinkConfig>) {
+        *lock(&self.sink_config) = next.clone();
+        self.sink.reconfigure(next);
+    }
+
+    /// The items a fan-out group polls on `instance`, as last learned
+    /// (empty for a group without fan-out).
+    pub fn fan_out_items(&self, instance: &InstanceConfig, group: &GroupDef) -> Vec<String> {
+        if group.fan_out.is_none() {
+            return Vec::new();
+        }
+        let b = lock(&self.budgets);
+        plan::fan_out_items(instance, &b.shapes, group).to_vec()
+    }
+
+    /// One pool's budget in force and planned instances.
+    pub fn pool_budget(&self, pool: &str) -> PoolBudget {
+        let b = lock(&self.budgets);
+        PoolBudget {
+            effective_rps: b.effective_rps(pool),
+            instances: b.plans.get(pool).map(|p| p.instances).unwrap_or(0),
+        }
+    }
+
+    /// Every pool's budget in force (AIMD applied), read at one moment.
+    pub fn effective_budgets(&self) -> BTreeMap<String, f64> {
+        let b = lock(&self.budgets);
+        b.aimd.iter().map(|(name, a)| (name.clone(), a.effective())).collect()
+    }
+
+    /// The plans, pauses and last attempts at `now`.
+    pub fn plan_reading(&self, now: Timestamp) -> PlanReading {
+        let cat = self.catalog();
+        let settings = self.monitoring().scheduler;
+        let (pools, unbudgeted, solved_at) = {
+            let b = lock(&self.budgets);
+            let pools: Vec<(PoolStatus, f64)> = b
+                .plans
+                .values()
+                .map(|p| (p.clone(), b.effective_rps(&p.name)))
+                .collect();
+            (pools, plan::unbudgeted(&cat, &b.shapes, &settings), b.solved_at)
+        };
+        let mut paused_until = HashMap::new();
+        let mut last_attempt: HashMap<GroupOfPool, Timestamp> = HashMap::new();
+        {
+            let s = self.sched();
+            for (p, _) in &pools {
+                if let Some(until) = s.pool_bucket(&p.name).and_then(|b| b.paused_until(now)) {
+                    paused_until.insert(p.name.clone(), until);
+                }
+            }
+            for t in s.tasks() {
+                if let Some(at) = t.rec.last_attempt {
+                    let e = last_attempt
+                        .entry((t.meta.pool.clone(), t.meta.type_name.clone(), t.key.group.clone()))
+                        .or_insert(at);
+                    *e = (*e).max(at);
+                }
+            }
+        }
+        PlanReading {
+            pools,
+            unbudgeted,
+            settings,
+            solved_at,
+            paused_until,
+            last_attempt,
+        }
+    }
+
+    /// One page of the dead-letter queue (oldest first), and the queue's
+    /// length.
+    pub fn dead_letter_page(&self, skip: usize, take: usize) -> (usize, Vec<DeadLetterEntry>) {
+        let s = self.sched();
+        let all = s.dead_letters();
+        let page = all
+            .iter()
+            .skip(skip)
+            .take(take)
+            .filter_map(|t| DeadLetterEntry::of(&t.key, &t.meta.type_name, &t.rec))
+            .collect();
+        (all.len(), page)
+    }
+
+    /// The health of every task, for per-instance summaries.
+    pub fn task_health(&self) -> Vec<TaskHealth> {
+        let s = self.sched();
+        s.tasks()
+            .map(|t| TaskHealth {
+                instance: t.key.instance.clone(),
+                disabled: t.rec.disabled,
+                dead_lettered: t.rec.dead_letter.is_some(),
+                failures: t.rec.failures,
+                last_success: t.rec.last_success,
+            })
+            .collect()
+    }
+
+    /// A copy of one task's record, as the scheduler holds it now.
+    pub fn task_record(&self, key: &TaskKey) -> Option<TaskRecord> {
+        self.sched().get(key).map(|t| t.rec.clone())
+    }
+
+    /// Polls in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.sched().in_flight()
+    }
+
+    /// Complete every task due at `now` at once, with the result `answer`
+    /// gives for the n-th of them, outside the dispatcher and the store:
+    /// fills the schedule of a benchmark or test with a realistic mix.
+    /// Returns how many were completed.
+    pub fn complete_due_now(
+        &self,
+        now: Timestamp,
+        rng: &mut impl Rng,
+        mut answer: impl FnMut(usize, &TaskKey) -> PollResult,
+    ) -> usize {
+        let mut s = self.sched();
+        let mut n = 0;
+        while let Some(d) = s.pop_due(now) {
+            let result = answer(n, &d.key);
+            s.complete(&d.key, &result, now, rng);
+            n += 1;
+        }
+        n
+    }
+}
