@@ -223,10 +223,10 @@ async fn a_dead_letter_move_that_cannot_be_committed_is_not_made() {
     let p = planned_completion(&shared, &bad, &result, now);
     assert!(p.transition.must_commit());
     let planned_run = p.record.next_run;
-    let events = super::change_events(&shared.sink, &p, &result, now);
+    let events = super::worker::change_events(&shared.sink, &p, &result, now);
     assert!(!events.is_empty());
 
-    let done = super::commit_then_apply(&shared, p, events, now).await;
+    let done = super::worker::commit_then_apply(&shared, p, events, now).await;
     assert_eq!(done.dead_letter, None, "reported as not moved");
     {
         let s = shared.sched();
@@ -247,9 +247,9 @@ async fn a_dead_letter_move_that_cannot_be_committed_is_not_made() {
     // before it is shown.
     let good = TaskKey::new("web-1", "probe");
     let p = planned_completion(&shared, &good, &result, now);
-    let events = super::change_events(&shared.sink, &p, &result, now);
+    let events = super::worker::change_events(&shared.sink, &p, &result, now);
     let sent = events.len();
-    let done = super::commit_then_apply(&shared, p, events, now).await;
+    let done = super::worker::commit_then_apply(&shared, p, events, now).await;
     assert!(done.must_commit());
     assert_eq!(shared.sched().dead_letters().len(), 1);
     let (stored, _) = shared.store.load_tasks().expect("load");

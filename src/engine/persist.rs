@@ -1,0 +1,122 @@
+//! Persistence: the group commit of task state, the per-minute history, and
+//! operator actions committed before they are applied. Every write of task
+//! rows goes through `write_lock`, so a group commit can never write an older
+//! record over a dead-letter move.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Shared {
+    /// Write task rows and the change events that go with them, in one
+    /// transaction; the only path by which task state reaches the store.
+    pub(super) async fn write_tasks(
+        &self,
+        batch: Vec<(TaskKey, Option<TaskRecord>)>,
+        events: Vec<OutboxEvent>,
+    ) -> Result<(), EngineError> {
+        if batch.is_empty() && events.is_empty() {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.write_tasks_with_events(&batch, &events))
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))??;
+        Ok(())
+    }
+
+    /// Group commit of everything that changed since the last flush.
+    pub async fn flush(&self) -> Result<usize, EngineError> {
+        let _w = self.write_lock.lock().await;
+        let ((recs, deleted), events) = {
+            let mut s = self.sched();
+            (s.take_dirty(), std::mem::take(&mut *lock(&self.staged)))
+        };
+        let n = recs.len() + deleted.len();
+        let mut batch: Vec<(TaskKey, Option<TaskRecord>)> = recs.into_iter().map(|(k, r)| (k, Some(r))).collect();
+        batch.extend(deleted.into_iter().map(|k| (k, None)));
+        if let Err(e) = self.write_tasks(batch.clone(), events.clone()).await {
+            // Put them back so the next flush tries again.
+            let mut s = self.sched();
+            s.mark_dirty(batch.into_iter().map(|(k, _)| k));
+            let mut staged = lock(&self.staged);
+            let later = std::mem::replace(&mut *staged, events);
+            staged.extend(later);
+            return Err(e);
+        }
+        Ok(n)
+    }
+
+    /// Close the minute that started at `minute` (Unix seconds): store its
+    /// rollup and prune rows past the retention period.
+    pub async fn record_minute(&self, minute: u64) -> Result<(), EngineError> {
+        let rollup = {
+            let s = self.sched();
+            crate::store::Rollup {
+                polls: self.minute_polls.swap(0, Ordering::Relaxed),
+                errors: self.minute_errors.swap(0, Ordering::Relaxed),
+                queue_depth: s.queue_len() as u64,
+                dead_letter: s.dead_letters().len() as u64,
+            }
+        };
+        let keep_since = minute.saturating_sub(HISTORY_RETENTION.as_secs());
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.put_rollup(minute, &rollup, keep_since))
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))??;
+        Ok(())
+    }
+
+    /// An operator action on one task, committed before it is applied: until
+    /// the commit returns, the task keeps its old record (so the API, the
+    /// dashboard and the metrics show only committed state) and is held off
+    /// the schedule; if the commit fails, nothing changes and the error is
+    /// returned. Shipped to the event sink, with `actor`, once committed.
+    ///
+    /// The commit runs in its own task, so a caller that goes away (an HTTP
+    /// client hanging up) cannot leave the task held or half applied.
+    pub async fn operator_action(
+        self: &Arc<Self>,
+        key: &TaskKey,
+        actor: &str,
+        op: OperatorOp,
+    ) -> Result<TaskRecord, EngineError> {
+        let shared = Arc::clone(self);
+        let (key, actor) = (key.clone(), actor.to_string());
+        tokio::spawn(async move { shared.commit_operator_action(&key, &actor, op).await })
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))?
+    }
+
+    async fn commit_operator_action(
+        &self,
+        key: &TaskKey,
+        actor: &str,
+        op: OperatorOp,
+    ) -> Result<TaskRecord, EngineError> {
+        let _w = self.write_lock.lock().await;
+        let now = self.now();
+        let (rec, type_name) = {
+            let mut s = self.sched();
+            let rec = s.prepare_op(key, op, now)?;
+            s.freeze(key);
+            (rec, s.get(key).map(|t| t.meta.type_name.clone()))
+        };
+        let what = match op {
+            OperatorOp::Retry => DeadLetterAction::Retried,
+            OperatorOp::Discard => DeadLetterAction::Discarded,
+            OperatorOp::Enable => DeadLetterAction::Enabled,
+        };
+        let event = self.sink.stage(&Event::dead_letter(
+            now,
+            DeadLetterEvent::new(&key.instance, type_name.as_deref().unwrap_or(""), &key.group, what).with_actor(actor),
+        ));
+        let row = vec![(key.clone(), Some(rec.clone()))];
+        if let Err(e) = self.write_tasks(row, event.into_iter().collect()).await {
+            self.sched().release(key, now);
+            return Err(e);
+        }
+        self.sched().apply_op(key, rec.clone(), now);
+        self.poke();
+        Ok(rec)
+    }
+}
