@@ -196,7 +196,12 @@ pub(super) fn change_events(sink: &Sink, p: &Prepared, result: &PollResult, now:
 /// (or an exit) that a crash could lose. The task keeps its record and is
 /// due again when the plan said, and the move is planned afresh then.
 /// Returns what the completion did.
-pub(super) async fn commit_then_apply(shared: &Shared, p: Prepared, events: Vec<OutboxEvent>, now: Timestamp) -> Transition {
+pub(super) async fn commit_then_apply(
+    shared: &Shared,
+    p: Prepared,
+    events: Vec<OutboxEvent>,
+    now: Timestamp,
+) -> Transition {
     let _w = shared.write_lock.lock().await;
     let row = vec![(p.key.clone(), Some(p.record.clone()))];
     let result = shared.write_tasks(row, events).await;
