@@ -2,7 +2,6 @@
 //! worker cap and the pools' token buckets), the flusher, the resolver (AIMD
 //! recovery and re-planning) and the per-minute history.
 
-#[allow(unused_imports)]
 use super::*;
 
 pub(super) async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {

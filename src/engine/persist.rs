@@ -3,7 +3,6 @@
 //! rows goes through `write_lock`, so a group commit can never write an older
 //! record over a dead-letter move.
 
-#[allow(unused_imports)]
 use super::*;
 
 impl Shared {

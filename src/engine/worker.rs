@@ -2,7 +2,6 @@
 //! deadline, rate signals to the pool, the completion prepared and applied
 //! (a dead-letter move committed first), its events and metrics.
 
-#[allow(unused_imports)]
 use super::*;
 
 fn deadline_error(timeout: Duration) -> PollError {

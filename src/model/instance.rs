@@ -5,7 +5,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-#[allow(unused_imports)]
 use super::*;
 
 /// How Pollster authenticates to an instance. Secrets are write-only in the API.

@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 
-#[allow(unused_imports)]
 use super::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

@@ -6,7 +6,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-#[allow(unused_imports)]
 use super::*;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,11 +5,8 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-#[allow(unused_imports)]
-use super::*;
-
 /// Milliseconds since the Unix epoch. The scheduling core only ever sees these
-/// values; the engine reads the wall clock and passes them in.
+/// values; the engine reads its clock (see `engine::ports`) and passes them in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Timestamp(pub u64);

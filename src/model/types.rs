@@ -3,7 +3,6 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-#[allow(unused_imports)]
 use super::*;
 
 /// One fetch a type makes (§1).

@@ -8,6 +8,9 @@
 //! checked, whatever the password. An attempt counts as a failure until
 //! [`LoginThrottle::finish`] says it succeeded, so an attempt abandoned half
 //! way (the client went away) still counts.
+//!
+//! An IPv6 client is counted by its /64: one host usually holds a whole /64,
+//! and counting each of its 2^64 addresses apart would be no limit at all.
 
 use crate::model::Timestamp;
 use std::collections::HashMap;
@@ -47,14 +50,28 @@ impl Refusal {
     }
 }
 
+/// What one client is counted by: an IPv4 address, or an IPv6 /64.
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct LoginThrottle {
     entries: HashMap<IpAddr, Entry>,
 }
 
 impl LoginThrottle {
-    /// `Err(remaining)` while the address is locked out.
+    /// `Err(remaining)` while the address is locked out (tests look with it;
+    /// the server asks [`LoginThrottle::begin`], which also records).
+    #[cfg(test)]
     pub fn check(&self, ip: IpAddr, now: Timestamp) -> Result<(), Duration> {
+        let ip = client_key(ip);
         match self.entries.get(&ip).and_then(|e| e.locked_until) {
             Some(until) if until > now => Err(until.since(now)),
             _ => Ok(()),
@@ -65,6 +82,7 @@ impl LoginThrottle {
     /// attempt in flight; otherwise counted as a failure until
     /// [`LoginThrottle::finish`] says otherwise.
     pub fn begin(&mut self, ip: IpAddr, now: Timestamp) -> Result<(), Refusal> {
+        let ip = client_key(ip);
         if self.entries.len() >= MAX_TRACKED
             && !self.entries.contains_key(&ip)
             && let Some(oldest) = self
@@ -104,6 +122,7 @@ impl LoginThrottle {
     /// the address; a failure that reaches [`MAX_FAILURES`] locks it out and
     /// returns the lockout.
     pub fn finish(&mut self, ip: IpAddr, ok: bool, now: Timestamp) -> Option<Duration> {
+        let ip = client_key(ip);
         if ok {
             self.entries.remove(&ip);
             return None;
@@ -122,6 +141,7 @@ impl LoginThrottle {
     /// An attempt ended without a result (its request was dropped): it
     /// stays counted as a failure, and the address may try again.
     pub fn abandon(&mut self, ip: IpAddr) {
+        let ip = client_key(ip);
         if let Some(e) = self.entries.get_mut(&ip) {
             e.in_flight = false;
         }
@@ -169,6 +189,25 @@ mod tests {
         assert!(t.check(other, now).is_ok(), "other addresses are not affected");
         assert!(t.check(ip, now.plus(LOCKOUT)).is_ok(), "the lockout ends");
         assert_eq!(t.begin(ip, now.plus(LOCKOUT)), Ok(()), "and the count starts again");
+    }
+
+    #[test]
+    fn an_ipv6_client_is_counted_by_its_64() {
+        let mut t = LoginThrottle::default();
+        let now = Timestamp(0);
+        for i in 0..MAX_FAILURES {
+            let ip: IpAddr = format!("2001:db8:1:2::{:x}", i + 1).parse().expect("ip");
+            assert_eq!(fail(&mut t, ip, now).is_some(), i + 1 == MAX_FAILURES);
+        }
+        let same_64: IpAddr = "2001:db8:1:2:ffff::9".parse().expect("ip");
+        let other_64: IpAddr = "2001:db8:1:3::1".parse().expect("ip");
+        assert_eq!(t.begin(same_64, now), Err(Refusal::Locked(LOCKOUT)));
+        assert_eq!(t.begin(other_64, now), Ok(()));
+        // An IPv4 address written as IPv6 is the IPv4 client.
+        let v4: IpAddr = "192.0.2.7".parse().expect("ip");
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().expect("ip");
+        t.begin(v4, now).expect("first");
+        assert_eq!(t.begin(mapped, now), Err(Refusal::InFlight));
     }
 
     #[test]

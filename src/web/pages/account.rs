@@ -163,7 +163,7 @@ impl Drop for PasswordCheck {
 }
 
 /// 429 with `Retry-After`, as a page.
-async fn not_checked(page: impl FnOnce(String) -> Response, why: NotChecked) -> Response {
+fn not_checked(page: impl FnOnce(String) -> Response, why: NotChecked) -> Response {
     let mut resp = page(why.message());
     *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     if let Ok(v) = axum::http::HeaderValue::from_str(&why.retry_after().to_string()) {
@@ -209,7 +209,7 @@ pub async fn setup(
     let ip = app.web.client_ip(peer.ip(), &headers);
     let mut check = match PasswordCheck::begin(&app, ip) {
         Ok(c) => c,
-        Err(why) => return not_checked(|m| setup_page_with(&app, Some(m)).into_response(), why).await,
+        Err(why) => return not_checked(|m| setup_page_with(&app, Some(m)).into_response(), why),
     };
     let expected = app.web.setup_code().as_ref().map(|c| c.code.clone());
     let code_ok = expected.is_some_and(|c| session::same_token(f.setup_code.trim(), &c));
@@ -288,7 +288,7 @@ pub async fn login(
     let ip = app.web.client_ip(peer.ip(), &headers);
     let mut check = match PasswordCheck::begin(&app, ip) {
         Ok(c) => c,
-        Err(why) => return not_checked(|m| login_error(StatusCode::TOO_MANY_REQUESTS, m), why).await,
+        Err(why) => return not_checked(|m| login_error(StatusCode::TOO_MANY_REQUESTS, m), why),
     };
     let store = app.shared.store.clone();
     let user = f.username.trim().to_string();
@@ -309,7 +309,7 @@ pub async fn login(
         return match lock {
             Some(left) => {
                 let why = NotChecked::Throttled(Refusal::Locked(left));
-                not_checked(|m| login_error(StatusCode::TOO_MANY_REQUESTS, m), why).await
+                not_checked(|m| login_error(StatusCode::TOO_MANY_REQUESTS, m), why)
             }
             None => login_error(StatusCode::UNAUTHORIZED, "Wrong user or password.".into()),
         };
@@ -410,7 +410,7 @@ pub async fn change_password(
         Ok(c) => c,
         Err(why) => {
             let page = security(&app, &session, Some(why.message()), None, None).await;
-            return not_checked(move |_| page.into_response(), why).await;
+            return not_checked(move |_| page.into_response(), why);
         }
     };
     let store = app.shared.store.clone();

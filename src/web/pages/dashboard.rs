@@ -159,7 +159,8 @@ pub fn panels(app: &AppState, now: Timestamp, history: &[(u64, crate::store::Rol
         .map(|r| StaleRow {
             instance: r.key.instance.to_string(),
             group: r.key.group.to_string(),
-            pct: (r.score * 100.0).round() as u32,
+            // A width class .w0 … .w100 (no inline style under the CSP).
+            pct: (r.score * 100.0).round().clamp(0.0, 100.0) as u32,
             stale: r.stale,
             last_success: when(r.last_success),
         })
