@@ -16,21 +16,21 @@ pub enum Auth {
     /// be taken silently.
     None {},
     Bearer {
-        token: String,
+        token: Secret,
     },
     Header {
         name: String,
-        value: String,
+        value: Secret,
     },
     Basic {
         username: String,
-        password: String,
+        password: Secret,
     },
     /// Proxmox API token: `Authorization: PVEAPIToken=USER@REALM!TOKENID=SECRET`.
     PveToken {
         user: String,
         token_id: String,
-        secret: String,
+        secret: Secret,
     },
 }
 
@@ -147,7 +147,7 @@ impl InstanceConfig {
         }
         match &self.auth {
             Auth::None {} => {}
-            Auth::Bearer { token } if token.is_empty() || !header_safe(token) => {
+            Auth::Bearer { token } if token.is_empty() || !header_safe(token.expose()) => {
                 return Err(FieldError::new(
                     "auth.token",
                     HIDDEN,
@@ -158,7 +158,7 @@ impl InstanceConfig {
                 if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)) {
                     return Err(FieldError::new("auth.name", name, "must be a valid HTTP header name"));
                 }
-                if !header_safe(value) {
+                if !header_safe(value.expose()) {
                     return Err(FieldError::new("auth.value", HIDDEN, "must be printable text"));
                 }
             }
@@ -170,7 +170,7 @@ impl InstanceConfig {
                         "must be non-empty and contain no ':'",
                     ));
                 }
-                if !header_safe(password) {
+                if !header_safe(password.expose()) {
                     return Err(FieldError::new("auth.password", HIDDEN, "must be printable text"));
                 }
             }
@@ -185,7 +185,7 @@ impl InstanceConfig {
                         "must be a non-empty token id",
                     ));
                 }
-                if secret.is_empty() || !header_safe(secret) {
+                if secret.is_empty() || !header_safe(secret.expose()) {
                     return Err(FieldError::new(
                         "auth.secret",
                         HIDDEN,

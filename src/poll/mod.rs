@@ -175,7 +175,7 @@ impl Poller {
 
         let mut request = client.get(url).headers(headers);
         if let Auth::Basic { username, password } = &instance.auth {
-            request = request.basic_auth(username, Some(password));
+            request = request.basic_auth(username, Some(password.expose()));
         }
         let mut response = request.send().await.map_err(|e| classify_transport(&e))?;
 
@@ -401,7 +401,10 @@ fn request_headers(auth: &Auth) -> Result<HeaderMap, PollError> {
     match auth {
         Auth::None {} | Auth::Basic { .. } => {}
         Auth::Bearer { token } => {
-            headers.insert(AUTHORIZATION, secret(format!("Bearer {token}"), "the bearer token")?);
+            headers.insert(
+                AUTHORIZATION,
+                secret(format!("Bearer {}", token.expose()), "the bearer token")?,
+            );
         }
         Auth::Header { name, value } => {
             let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
@@ -411,7 +414,7 @@ fn request_headers(auth: &Auth) -> Result<HeaderMap, PollError> {
                     "invalid credentials: the auth header name is not a valid HTTP header name",
                 )
             })?;
-            headers.insert(name, secret(value.clone(), "the auth header value")?);
+            headers.insert(name, secret(value.expose().to_owned(), "the auth header value")?);
         }
         Auth::PveToken {
             user,
@@ -420,7 +423,10 @@ fn request_headers(auth: &Auth) -> Result<HeaderMap, PollError> {
         } => {
             headers.insert(
                 AUTHORIZATION,
-                secret(format!("PVEAPIToken={user}!{token_id}={token_secret}"), "the API token")?,
+                secret(
+                    format!("PVEAPIToken={user}!{token_id}={}", token_secret.expose()),
+                    "the API token",
+                )?,
             );
         }
     }

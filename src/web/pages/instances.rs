@@ -3,7 +3,7 @@
 //! Instances from the config file are shown read-only, with that reason.
 
 use super::{Layout, layout};
-use crate::model::{Auth, FieldError, InstanceConfig, Timestamp, duration_str};
+use crate::model::{Auth, FieldError, InstanceConfig, Secret, Timestamp, duration_str};
 use crate::web::auth::Principal;
 use crate::web::{AppState, ops, session};
 use askama::Template;
@@ -313,7 +313,7 @@ fn parse(form: &HashMap<String, String>) -> Result<(InstanceConfig, bool), Field
         };
         labels.insert(k.trim().to_string(), v.trim().to_string());
     }
-    let secret = |k: &str| form.get(k).cloned().unwrap_or_default();
+    let secret = |k: &str| Secret::from(form.get(k).cloned().unwrap_or_default());
     let kind = get("auth_kind");
     let secrets_blank = match kind.as_str() {
         "bearer" => secret("auth_token").is_empty(),
