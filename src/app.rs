@@ -208,7 +208,7 @@ impl Application {
         let s = store.clone();
         let stored = blocking(move || s.list_instances()).await??;
         for i in stored {
-            if catalog.instances.contains_key(&i.name) {
+            if catalog.instances.contains_key(i.name.as_str()) {
                 tracing::warn!(instance = %i.name, "an instance saved from the UI has the name of one in the config file; the config file wins");
                 continue;
             }

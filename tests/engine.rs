@@ -73,12 +73,12 @@ impl Fetch for Scripted {
         self.calls
             .lock()
             .expect("lock")
-            .push((instance.name.clone(), Instant::now()));
+            .push((instance.name.to_string(), Instant::now()));
         let answer = self
             .answers
             .lock()
             .expect("lock")
-            .get(&instance.name)
+            .get(instance.name.as_str())
             .copied()
             .unwrap_or(Answer::Ok);
         match answer {

@@ -62,7 +62,7 @@ impl Catalog {
 
     pub fn insert(&mut self, config: InstanceConfig, provisioned: bool) {
         self.instances.insert(
-            config.name.clone(),
+            config.name.to_string(),
             InstanceEntry {
                 base_url: BaseUrl::parse(&config.url).ok().map(Arc::new),
                 config: Arc::new(config),

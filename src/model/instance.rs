@@ -58,7 +58,7 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 4 * 1024 * 1024;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceConfig {
-    pub name: String,
+    pub name: InstanceName,
     #[serde(rename = "type", default = "default_type")]
     pub type_name: String,
     pub url: String,
@@ -101,7 +101,7 @@ impl InstanceConfig {
     /// An instance with every optional field at its default.
     pub fn new(name: &str, type_name: &str, url: &str) -> Self {
         InstanceConfig {
-            name: name.into(),
+            name: InstanceName::parse(name).unwrap_or_else(|e| panic!("InstanceConfig::new: {e}")),
             type_name: type_name.into(),
             url: url.into(),
             timeout: default_timeout(),
@@ -118,9 +118,6 @@ impl InstanceConfig {
 
     /// Field-level checks that need no knowledge of types or budgets.
     pub fn validate_fields(&self) -> Result<(), FieldError> {
-        if !valid_name(&self.name) {
-            return Err(FieldError::new("name", &self.name, NAME_RULE));
-        }
         check_http_url("url", &self.url)?;
         if self.timeout < Duration::from_millis(10) || self.timeout > Duration::from_secs(300) {
             return Err(FieldError::new(

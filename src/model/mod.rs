@@ -8,6 +8,7 @@
 
 mod base_url;
 mod instance;
+mod name;
 mod outcome;
 mod record;
 mod secret;
@@ -17,6 +18,7 @@ mod types;
 
 pub use base_url::*;
 pub use instance::*;
+pub use name::*;
 pub use outcome::*;
 pub use record::*;
 pub use secret::*;

@@ -68,7 +68,7 @@ fn task(failures: u32) -> TaskRecord {
 
 fn instance(name: &str) -> InstanceConfig {
     InstanceConfig {
-        name: name.into(),
+        name: InstanceName::parse(name).expect("a valid name"),
         type_name: "proxmox_ve".into(),
         url: "https://pve.example:8006".into(),
         timeout: Duration::from_millis(2_500),

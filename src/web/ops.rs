@@ -71,7 +71,7 @@ fn editable<'a>(
 pub async fn create_instance(app: &AppState, i: InstanceConfig, actor: &str) -> Result<(), ApiError> {
     validate(app, &i)?;
     let _edit = app.shared.edit_catalog().await;
-    if app.shared.catalog().instances.contains_key(&i.name) {
+    if app.shared.catalog().instances.contains_key(i.name.as_str()) {
         return Err(ApiError {
             field: Some("name".into()),
             ..ApiError::conflict("duplicate", format!("an instance named {:?} already exists", i.name))

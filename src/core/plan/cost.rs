@@ -14,7 +14,7 @@ pub fn pin_of(s: &SchedulerSettings, type_name: &str, group: &str) -> Option<Dur
 /// The count of shape `name` of an instance: learned, else configured.
 pub fn shape_count(inst: &InstanceConfig, shapes: &Shapes, name: &str) -> Option<u64> {
     shapes
-        .get(&inst.name)
+        .get(inst.name.as_str())
         .and_then(|m| m.get(name))
         .map(|s| s.count)
         .or_else(|| inst.shape.get(name).copied())
@@ -24,7 +24,7 @@ pub fn shape_count(inst: &InstanceConfig, shapes: &Shapes, name: &str) -> Option
 pub fn fan_out_items<'a>(inst: &InstanceConfig, shapes: &'a Shapes, g: &GroupDef) -> &'a [String] {
     g.fan_out
         .as_ref()
-        .and_then(|f| shapes.get(&inst.name)?.get(f))
+        .and_then(|f| shapes.get(inst.name.as_str())?.get(f))
         .map(|s| s.items.as_slice())
         .unwrap_or(&[])
 }

@@ -3,7 +3,7 @@
 //! Instances from the config file are shown read-only, with that reason.
 
 use super::{Layout, layout};
-use crate::model::{Auth, FieldError, InstanceConfig, Secret, Timestamp, duration_str};
+use crate::model::{Auth, FieldError, InstanceConfig, InstanceName, NAME_RULE, Secret, Timestamp, duration_str};
 use crate::web::auth::Principal;
 use crate::web::{AppState, ops, session};
 use askama::Template;
@@ -101,10 +101,10 @@ pub async fn list(State(app): State<AppState>, session: Session, Query(q): Query
             let (state, last) = if !e.config.enabled {
                 ("disabled", None)
             } else {
-                st.get(&e.config.name).copied().unwrap_or(("pending", None))
+                st.get(e.config.name.as_str()).copied().unwrap_or(("pending", None))
             };
             Row {
-                name: e.config.name.clone(),
+                name: e.config.name.to_string(),
                 type_name: e.config.type_name.clone(),
                 url: crate::web::redact::mask_url(&e.config.url),
                 state,
@@ -197,7 +197,7 @@ const AUTH_KINDS: &[(&str, &str)] = &[
 
 fn values_of(i: &InstanceConfig) -> HashMap<String, String> {
     let mut v = HashMap::from([
-        ("name".to_string(), i.name.clone()),
+        ("name".to_string(), i.name.to_string()),
         ("type".to_string(), i.type_name.clone()),
         ("url".to_string(), crate::web::redact::mask_url(&i.url)),
         ("timeout".to_string(), duration_str::format(i.timeout)),
@@ -272,8 +272,9 @@ async fn form_page(
 }
 
 pub async fn new_form(State(app): State<AppState>, session: Session) -> FormPage {
-    let defaults = InstanceConfig::new("", "http", "");
-    form_page(&app, &session, false, false, values_of(&defaults), HashMap::new()).await
+    let mut values = values_of(&InstanceConfig::new("new", "http", ""));
+    values.insert("name".into(), String::new());
+    form_page(&app, &session, false, false, values, HashMap::new()).await
 }
 
 pub async fn edit_form(State(app): State<AppState>, session: Session, Path(name): Path<String>) -> Response {
@@ -346,7 +347,7 @@ fn parse(form: &HashMap<String, String>) -> Result<(InstanceConfig, bool), Field
     let fp = get("tls_fingerprint");
     Ok((
         InstanceConfig {
-            name: get("name"),
+            name: InstanceName::parse(&get("name")).map_err(|e| FieldError::new("name", &e.0, NAME_RULE))?,
             type_name: get("type"),
             url: get("url"),
             timeout,
