@@ -16,4 +16,5 @@ pub mod poll;
 pub mod presets;
 pub mod sink;
 pub mod store;
+pub mod values;
 pub mod web;

@@ -1,0 +1,242 @@
+//! Running a group's rules on one polled body: pure, no I/O, no clock.
+//!
+//! A sample that cannot be made is skipped and counted by reason; it never
+//! fails the poll. A missing label never skips a sample (it takes the
+//! rule's default, else the empty label).
+
+use rustc_hash::FxHashSet;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::rule::{MetricKind, Rule, ValueSource};
+use super::template::{Context, push_text};
+
+/// Series a group keeps from one body unless it says otherwise (`max_series`).
+pub const DEFAULT_MAX_SERIES: usize = 10_000;
+
+/// One sample: a metric, its labels (sorted by name; the instance label is
+/// added where samples are served) and its number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub metric: Arc<str>,
+    pub labels: Vec<(Arc<str>, String)>,
+    pub value: f64,
+}
+
+/// Why a sample was not made (`pollster_values_errors_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SkipReason {
+    /// The value (or the `each` container) is not in the body.
+    Missing,
+    /// The value is not a number, a boolean or a numeric string.
+    NotNumber,
+    /// A text value that `map` does not name, with no `map_default`.
+    Unmapped,
+    /// Beyond the group's `max_series`.
+    Limit,
+    /// Another rule (or element) already gave these labels.
+    Duplicate,
+}
+
+impl SkipReason {
+    pub const ALL: [SkipReason; 5] = [
+        SkipReason::Missing,
+        SkipReason::NotNumber,
+        SkipReason::Unmapped,
+        SkipReason::Limit,
+        SkipReason::Duplicate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::Missing => "missing",
+            SkipReason::NotNumber => "not_number",
+            SkipReason::Unmapped => "unmapped",
+            SkipReason::Limit => "limit",
+            SkipReason::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// A series: its metric and labels.
+type SeriesKey = (Arc<str>, Vec<(Arc<str>, String)>);
+
+/// What a group's rules made of one body.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Extraction {
+    pub samples: Vec<Sample>,
+    /// Skipped samples by (metric, reason).
+    pub skipped: BTreeMap<(Arc<str>, SkipReason), u64>,
+}
+
+impl Extraction {
+    fn skip(&mut self, metric: &Arc<str>, reason: SkipReason) {
+        *self.skipped.entry((metric.clone(), reason)).or_default() += 1;
+    }
+
+    /// How many samples were skipped for `reason`, over every metric.
+    pub fn skipped_for(&self, reason: SkipReason) -> u64 {
+        self.skipped
+            .iter()
+            .filter(|((_, r), _)| *r == reason)
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// Runs `rules` on `body` (the body of fan-out item `item`, if any),
+/// keeping at most `max_series` samples.
+pub fn extract(rules: &[Rule], body: &Value, item: Option<&str>, max_series: usize) -> Extraction {
+    let mut out = Extraction::default();
+    let mut seen: FxHashSet<SeriesKey> = FxHashSet::default();
+    for rule in rules {
+        run_rule(rule, body, item, max_series, &mut seen, &mut out);
+    }
+    out
+}
+
+fn run_rule(
+    rule: &Rule,
+    body: &Value,
+    item: Option<&str>,
+    max_series: usize,
+    seen: &mut FxHashSet<SeriesKey>,
+    out: &mut Extraction,
+) {
+    let mut elements: Vec<(Option<&str>, &Value)> = Vec::new();
+    match &rule.each {
+        None => elements.push((None, body)),
+        Some(p) => match p.resolve(body) {
+            Some(Value::Array(items)) => elements.extend(items.iter().map(|v| (None, v))),
+            Some(Value::Object(map)) => elements.extend(map.iter().map(|(k, v)| (Some(k.as_str()), v))),
+            _ => {
+                out.skip(&rule.metric, SkipReason::Missing);
+                return;
+            }
+        },
+    }
+    elements.retain(|(_, element)| keep(rule, element));
+
+    let mut emit = |labels: Vec<(Arc<str>, String)>, value: f64, out: &mut Extraction| {
+        if out.samples.len() >= max_series {
+            out.skip(&rule.metric, SkipReason::Limit);
+            return;
+        }
+        if !seen.insert((rule.metric.clone(), labels.clone())) {
+            out.skip(&rule.metric, SkipReason::Duplicate);
+            return;
+        }
+        out.samples.push(Sample {
+            metric: rule.metric.clone(),
+            labels,
+            value,
+        });
+    };
+
+    if rule.value == ValueSource::Count {
+        let labels = labels_of(rule, body, Context { key: None, item });
+        emit(labels, elements.len() as f64 * rule.scale, out);
+        return;
+    }
+    for (key, element) in elements {
+        let cx = Context { key, item };
+        match rule.kind {
+            MetricKind::Stateset => {
+                let ValueSource::Field(p) = &rule.value else { continue };
+                let mut found = String::new();
+                let has = match p.resolve(element) {
+                    None | Some(Value::Null) => false,
+                    Some(v) => {
+                        push_text(v, &mut found);
+                        true
+                    }
+                };
+                let labels = labels_of(rule, element, cx);
+                for state in &rule.states {
+                    let mut l = labels.clone();
+                    let at = l.partition_point(|(n, _)| **n < *rule.state_label);
+                    l.insert(at, (rule.state_label.clone(), state.to_string()));
+                    let on = has && found == **state;
+                    emit(l, if on { 1.0 } else { 0.0 }, out);
+                }
+            }
+            _ => {
+                let value = match &rule.value {
+                    ValueSource::One => Ok(1.0),
+                    ValueSource::Field(p) => number(rule, p.resolve(element)),
+                    ValueSource::Count => unreachable!("handled above"),
+                };
+                match value {
+                    Ok(v) => emit(labels_of(rule, element, cx), v, out),
+                    Err(reason) => out.skip(&rule.metric, reason),
+                }
+            }
+        }
+    }
+}
+
+/// Whether an element passes every `where` filter.
+fn keep(rule: &Rule, element: &Value) -> bool {
+    rule.filters.iter().all(|(field, accepted)| {
+        let mut text = String::new();
+        match field.resolve(element) {
+            None | Some(Value::Null) => false,
+            Some(v) => {
+                push_text(v, &mut text);
+                accepted.contains(&text)
+            }
+        }
+    })
+}
+
+/// The rule's labels for one element, sorted by name.
+fn labels_of(rule: &Rule, element: &Value, cx: Context<'_>) -> Vec<(Arc<str>, String)> {
+    let mut labels = Vec::with_capacity(rule.labels.len() + 1);
+    for l in &rule.labels {
+        let mut text = String::new();
+        if !l.template.render(element, cx, &mut text) {
+            text.clear();
+            if let Some(d) = &l.default {
+                text.push_str(d);
+            }
+        }
+        if l.sorted && text.contains(',') {
+            let mut parts: Vec<&str> = text.split(',').collect();
+            parts.sort_unstable();
+            text = parts.join(",");
+        }
+        labels.push((l.name.clone(), text));
+    }
+    // Compiled rules keep labels in name order already (a BTreeMap).
+    debug_assert!(labels.windows(2).all(|w| w[0].0 < w[1].0));
+    labels
+}
+
+/// A JSON value as the sample's number: numbers as they are, booleans as
+/// 1/0, numeric strings parsed, other strings through `map`, and
+/// `map_default` for what `map` does not name or a missing value.
+fn number(rule: &Rule, v: Option<&Value>) -> Result<f64, SkipReason> {
+    let raw = match v {
+        None | Some(Value::Null) => rule.map_default.ok_or(SkipReason::Missing),
+        Some(Value::Number(n)) => n.as_f64().ok_or(SkipReason::NotNumber),
+        Some(Value::Bool(b)) => Ok(rule
+            .map
+            .get(if *b { "true" } else { "false" })
+            .copied()
+            .unwrap_or(if *b { 1.0 } else { 0.0 })),
+        Some(Value::String(s)) => match rule.map.get(s.as_str()) {
+            Some(x) => Ok(*x),
+            None => match s.trim().parse::<f64>() {
+                Ok(x) if x.is_finite() && !s.trim().is_empty() => Ok(x),
+                _ => rule.map_default.ok_or(if rule.map.is_empty() {
+                    SkipReason::NotNumber
+                } else {
+                    SkipReason::Unmapped
+                }),
+            },
+        },
+        Some(Value::Array(_) | Value::Object(_)) => Err(SkipReason::NotNumber),
+    }?;
+    Ok(raw * rule.scale)
+}

@@ -1,0 +1,24 @@
+//! Values: turning polled bodies into metric samples.
+//!
+//! A type's group carries value rules ([`ValueRule`], the
+//! `[[types.groups.values]]` keys); [`ValueRule::compile`] checks one and
+//! parses its pointers and templates; [`extract`] runs a group's rules on a
+//! body; [`exposition`] writes samples in the Prometheus text format. All
+//! of it is pure: no I/O, no clock.
+
+pub mod exposition;
+mod extract;
+mod pointer;
+mod rule;
+mod template;
+
+pub use extract::{DEFAULT_MAX_SERIES, Extraction, Sample, SkipReason, extract};
+pub use pointer::{Pointer, PointerError};
+pub use rule::{
+    ClashError, LabelRule, MetricKind, OneOrMany, RESERVED_LABELS, Rule, RuleError, ValueRule, ValueSource,
+    check_families, valid_label_name, valid_metric_name,
+};
+pub use template::{Context, Template, TemplateError};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,476 @@
+//! A value rule as written in a type (`[[types.groups.values]]`), and the
+//! checked form extraction runs.
+//!
+//! [`ValueRule`] is the TOML/JSON shape, keys exactly as documented.
+//! [`ValueRule::compile`] checks it and gives a [`Rule`]: pointers and
+//! templates parsed once, so extraction on the poll path does no parsing
+//! and cannot meet a malformed rule.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::pointer::{Pointer, PointerError};
+use super::template::{Template, TemplateError};
+
+/// What a rule's samples are, as the exposition's `# TYPE` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricKind {
+    #[default]
+    Gauge,
+    Counter,
+    /// Labels that describe a thing; the value is always 1.
+    Info,
+    /// One sample per possible state: 1 for the one found, 0 for the rest
+    /// (the OpenMetrics StateSet; exposed as a gauge).
+    Stateset,
+}
+
+impl MetricKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Gauge => "gauge",
+            MetricKind::Counter => "counter",
+            MetricKind::Info => "info",
+            MetricKind::Stateset => "stateset",
+        }
+    }
+
+    /// The `# TYPE` of the Prometheus text format, which has no info or
+    /// state set: both are gauges there.
+    pub fn exposition_type(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge | MetricKind::Info | MetricKind::Stateset => "gauge",
+        }
+    }
+}
+
+/// One string or a list of them (`where = { "/type" = "qemu" }` or
+/// `["qemu", "lxc"]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+/// A value rule, as written (`[[types.groups.values]]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValueRule {
+    /// The metric name, exactly as exposed.
+    pub metric: String,
+    #[serde(default)]
+    pub help: String,
+    #[serde(default)]
+    pub kind: MetricKind,
+    /// A pointer to an array or object: one sample (set) per element.
+    /// Omitted: the body once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub each: Option<String>,
+    /// Keep the elements whose field (a pointer inside the element) equals
+    /// one of the strings.
+    #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
+    pub where_: Option<BTreeMap<String, OneOrMany>>,
+    /// A pointer inside the element, or `@count` (the number of elements
+    /// kept). Not used by `info`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Label name → a pointer (`/id`), `@key`, `@item`, or a template
+    /// (`"{/type}/{/vmid}"`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Text values to numbers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub map: BTreeMap<String, f64>,
+    /// The number for a text value `map` does not name, or a missing one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub map_default: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
+    /// Label name → the text for a missing label (else the empty label).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub defaults: BTreeMap<String, String>,
+    /// Labels whose comma-separated values are sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sorted_lists: Vec<String>,
+    /// `stateset`: every state a value can have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<String>,
+    /// `stateset`: the label that names the state (default `state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_label: Option<String>,
+}
+
+/// A rule that failed its check: the key inside the rule and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key} = {value}: {message}")]
+pub struct RuleError {
+    /// The key inside the rule (`labels.id`, `where./type`, `metric`).
+    pub key: String,
+    pub value: String,
+    pub message: String,
+}
+
+impl RuleError {
+    fn new(key: impl Into<String>, value: impl std::fmt::Display, message: impl Into<String>) -> Self {
+        RuleError {
+            key: key.into(),
+            value: value.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Where a sample's number comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValueSource {
+    /// A field inside the element.
+    Field(Pointer),
+    /// The number of elements `each` and `where` keep.
+    Count,
+    /// Always 1 (`info`).
+    One,
+}
+
+/// One label of a compiled rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelRule {
+    pub name: Arc<str>,
+    pub template: Template,
+    /// The text for a missing value (else "").
+    pub default: Option<String>,
+    /// Sort its comma-separated values.
+    pub sorted: bool,
+}
+
+/// A checked rule, ready to run on bodies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub metric: Arc<str>,
+    pub help: Arc<str>,
+    pub kind: MetricKind,
+    pub each: Option<Pointer>,
+    /// (field, accepted texts), all of which must hold.
+    pub filters: Vec<(Pointer, Vec<String>)>,
+    pub value: ValueSource,
+    /// In label-name order.
+    pub labels: Vec<LabelRule>,
+    pub map: BTreeMap<String, f64>,
+    pub map_default: Option<f64>,
+    pub scale: f64,
+    pub states: Vec<Arc<str>>,
+    pub state_label: Arc<str>,
+}
+
+impl Rule {
+    /// The label names every sample of this rule has, sorted (the state
+    /// label included for a state set).
+    pub fn label_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.labels.iter().map(|l| &*l.name).collect();
+        if self.kind == MetricKind::Stateset {
+            names.push(&self.state_label);
+        }
+        names.sort_unstable();
+        names
+    }
+}
+
+/// `[a-zA-Z_:][a-zA-Z0-9_:]*`
+pub fn valid_metric_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// `[a-zA-Z_][a-zA-Z0-9_]*`, not starting with `__` (reserved by Prometheus).
+pub fn valid_label_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.starts_with("__")
+}
+
+/// Labels Pollster sets itself on every sample.
+pub const RESERVED_LABELS: &[&str] = &["instance"];
+
+fn check_label_name(key: &str, name: &str) -> Result<(), RuleError> {
+    if !valid_label_name(name) {
+        return Err(RuleError::new(
+            key,
+            name,
+            "is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)",
+        ));
+    }
+    if RESERVED_LABELS.contains(&name) {
+        return Err(RuleError::new(
+            key,
+            name,
+            "is set by Pollster (the instance's name); choose another label name",
+        ));
+    }
+    Ok(())
+}
+
+fn pointer(key: &str, text: &str) -> Result<Pointer, RuleError> {
+    Pointer::parse(text).map_err(|e: PointerError| RuleError::new(key, format!("{text:?}"), e.to_string()))
+}
+
+impl ValueRule {
+    /// Checks the rule and parses its pointers and templates.
+    pub fn compile(&self) -> Result<Rule, RuleError> {
+        if !valid_metric_name(&self.metric) {
+            return Err(RuleError::new(
+                "metric",
+                &self.metric,
+                "is not a valid metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)",
+            ));
+        }
+        if self.metric.starts_with("pollster_") {
+            return Err(RuleError::new(
+                "metric",
+                &self.metric,
+                "names starting with pollster_ are Pollster's own metrics",
+            ));
+        }
+        if self.kind == MetricKind::Counter && !self.metric.ends_with("_total") {
+            return Err(RuleError::new(
+                "metric",
+                &self.metric,
+                "a counter's name ends in _total",
+            ));
+        }
+        if self.help.contains('\n') {
+            return Err(RuleError::new("help", format!("{:?}", self.help), "must be one line"));
+        }
+        let each = self.each.as_deref().map(|p| pointer("each", p)).transpose()?;
+
+        let mut filters = Vec::new();
+        if let Some(w) = &self.where_ {
+            if w.is_empty() {
+                return Err(RuleError::new(
+                    "where",
+                    "{}",
+                    "names no field; omit it to keep every element",
+                ));
+            }
+            for (field, accepted) in w {
+                let key = format!("where.{field}");
+                let accepted = accepted.clone().into_vec();
+                if accepted.is_empty() {
+                    return Err(RuleError::new(key, "[]", "lists no value, so it would keep nothing"));
+                }
+                filters.push((pointer(&key, field)?, accepted));
+            }
+        }
+
+        let value = match (self.kind, self.value.as_deref()) {
+            (MetricKind::Info, None) => ValueSource::One,
+            (MetricKind::Info, Some(v)) => {
+                return Err(RuleError::new(
+                    "value",
+                    v,
+                    "an info metric's value is always 1; remove it",
+                ));
+            }
+            (_, None) => return Err(RuleError::new("value", "(missing)", "a pointer or @count is required")),
+            (MetricKind::Stateset, Some("@count")) => {
+                return Err(RuleError::new(
+                    "value",
+                    "@count",
+                    "a state set reads its state from a field",
+                ));
+            }
+            (_, Some("@count")) => ValueSource::Count,
+            (_, Some(v)) => ValueSource::Field(pointer("value", v)?),
+        };
+        if matches!(value, ValueSource::Count) && each.is_none() {
+            return Err(RuleError::new(
+                "value",
+                "@count",
+                "counts the elements of `each`; set each",
+            ));
+        }
+
+        if !self.map.is_empty() && matches!(self.kind, MetricKind::Counter | MetricKind::Stateset) {
+            return Err(RuleError::new(
+                "map",
+                format!("{} entries", self.map.len()),
+                format!("a {} takes its value as given; map is for gauges", self.kind.as_str()),
+            ));
+        }
+        for (k, v) in &self.map {
+            if !v.is_finite() {
+                return Err(RuleError::new(format!("map.{k}"), v, "must be a finite number"));
+            }
+        }
+        if let Some(d) = self.map_default {
+            if !d.is_finite() {
+                return Err(RuleError::new("map_default", d, "must be a finite number"));
+            }
+            if matches!(self.kind, MetricKind::Counter | MetricKind::Stateset | MetricKind::Info) {
+                return Err(RuleError::new("map_default", d, "is for gauges"));
+            }
+        }
+        let scale = self.scale.unwrap_or(1.0);
+        if !scale.is_finite() || scale == 0.0 {
+            return Err(RuleError::new("scale", scale, "must be a finite number other than 0"));
+        }
+        if self.scale.is_some() && matches!(self.kind, MetricKind::Info | MetricKind::Stateset) {
+            return Err(RuleError::new(
+                "scale",
+                scale,
+                format!("a {} has no number to scale", self.kind.as_str()),
+            ));
+        }
+
+        let state_label: Arc<str> = Arc::from(self.state_label.as_deref().unwrap_or("state"));
+        if self.kind == MetricKind::Stateset {
+            if self.states.is_empty() {
+                return Err(RuleError::new(
+                    "states",
+                    "[]",
+                    "a state set lists every state it can take",
+                ));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for s in &self.states {
+                if !seen.insert(s) {
+                    return Err(RuleError::new("states", s, "is listed twice"));
+                }
+            }
+            check_label_name("state_label", &state_label)?;
+            if self.labels.contains_key(&*state_label) {
+                return Err(RuleError::new(
+                    format!("labels.{state_label}"),
+                    &*state_label,
+                    "is the state label of this state set",
+                ));
+            }
+        } else {
+            if !self.states.is_empty() {
+                return Err(RuleError::new(
+                    "states",
+                    self.states.join(","),
+                    "is only for kind = \"stateset\"",
+                ));
+            }
+            if let Some(l) = &self.state_label {
+                return Err(RuleError::new("state_label", l, "is only for kind = \"stateset\""));
+            }
+        }
+
+        for name in self.defaults.keys() {
+            if !self.labels.contains_key(name) {
+                return Err(RuleError::new(
+                    format!("defaults.{name}"),
+                    name,
+                    "names no label of this rule",
+                ));
+            }
+        }
+        for name in &self.sorted_lists {
+            if !self.labels.contains_key(name) {
+                return Err(RuleError::new("sorted_lists", name, "names no label of this rule"));
+            }
+        }
+        let mut labels = Vec::with_capacity(self.labels.len());
+        for (name, text) in &self.labels {
+            let key = format!("labels.{name}");
+            check_label_name(&key, name)?;
+            let template = Template::parse(text)
+                .map_err(|e: TemplateError| RuleError::new(&key, format!("{text:?}"), e.to_string()))?;
+            if template.uses_key() && each.is_none() {
+                return Err(RuleError::new(
+                    &key,
+                    text,
+                    "@key names an object key of `each`; set each",
+                ));
+            }
+            labels.push(LabelRule {
+                name: Arc::from(name.as_str()),
+                template,
+                default: self.defaults.get(name).cloned(),
+                sorted: self.sorted_lists.contains(name),
+            });
+        }
+
+        Ok(Rule {
+            metric: Arc::from(self.metric.as_str()),
+            help: Arc::from(self.help.as_str()),
+            kind: self.kind,
+            each,
+            filters,
+            value,
+            labels,
+            map: self.map.clone(),
+            map_default: self.map_default,
+            scale,
+            states: self.states.iter().map(|s| Arc::from(s.as_str())).collect(),
+            state_label,
+        })
+    }
+}
+
+/// A clash between two rules that feed one metric: they must agree on its
+/// kind, help and label names.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("metric {metric}: {message}")]
+pub struct ClashError {
+    pub metric: String,
+    /// Index of the first rule (in the order given) and of the one that clashes.
+    pub first: usize,
+    pub second: usize,
+    pub message: String,
+}
+
+/// Checks that rules feeding the same metric agree: one kind, one help,
+/// the same label names. `rules` are every rule of the configuration, in
+/// order (several groups and types may feed one metric).
+pub fn check_families(rules: &[&Rule]) -> Result<(), ClashError> {
+    let mut first: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, r) in rules.iter().enumerate() {
+        let Some(&j) = first.get(&*r.metric) else {
+            first.insert(&r.metric, i);
+            continue;
+        };
+        let f = rules[j];
+        let clash = |message: String| ClashError {
+            metric: r.metric.to_string(),
+            first: j,
+            second: i,
+            message,
+        };
+        if f.kind != r.kind {
+            return Err(clash(format!(
+                "kind {} here, {} in the first rule",
+                r.kind.as_str(),
+                f.kind.as_str()
+            )));
+        }
+        if f.help != r.help {
+            return Err(clash(format!("help {:?} here, {:?} in the first rule", r.help, f.help)));
+        }
+        if f.label_names() != r.label_names() {
+            return Err(clash(format!(
+                "labels [{}] here, [{}] in the first rule",
+                r.label_names().join(", "),
+                f.label_names().join(", ")
+            )));
+        }
+    }
+    Ok(())
+}

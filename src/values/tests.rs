@@ -1,0 +1,328 @@
+use super::*;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn rule(toml_text: &str) -> ValueRule {
+    toml::from_str(toml_text).unwrap_or_else(|e| panic!("{e}\n{toml_text}"))
+}
+
+fn compile(toml_text: &str) -> Rule {
+    rule(toml_text).compile().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn compile_err(toml_text: &str) -> RuleError {
+    rule(toml_text).compile().expect_err(toml_text)
+}
+
+fn resources() -> Value {
+    json!({"data": [
+        {"id": "qemu/100", "type": "qemu", "vmid": 100, "name": "web", "node": "pve1", "status": "running",
+         "cpu": 0.25, "maxcpu": 4, "mem": 1073741824u64, "tags": "prod;web", "template": 0},
+        {"id": "lxc/201", "type": "lxc", "vmid": 201, "name": "db", "node": "pve2", "status": "stopped",
+         "cpu": 0, "maxcpu": 2, "mem": 0, "hastate": "started", "template": 0},
+        {"id": "node/pve3", "type": "node", "node": "pve3", "status": "offline"},
+        {"id": "storage/pve1/local", "type": "storage", "storage": "local", "node": "pve1",
+         "status": "available", "content": "vztmpl,iso,backup", "shared": 0},
+        {"id": "qemu/9000", "type": "qemu", "vmid": 9000, "name": "tmpl", "node": "pve1",
+         "status": "stopped", "cpu": "n/a", "template": 1}
+    ]})
+}
+
+fn series(x: &Extraction) -> Vec<String> {
+    x.samples
+        .iter()
+        .map(|s| {
+            let labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("{}{{{}}} {}", s.metric, labels.join(","), s.value)
+        })
+        .collect()
+}
+
+#[test]
+fn a_gauge_over_each_element_with_where_labels_and_scale() {
+    let r = compile(
+        r#"
+        metric = "pve_cpu_usage_ratio"
+        help = "CPU usage"
+        each = "/data"
+        where = { "/type" = ["qemu", "lxc"] }
+        value = "/cpu"
+        labels = { id = "/id", node = "/node" }
+        scale = 1.0
+        "#,
+    );
+    let x = extract(&[r], &resources(), None, DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        [
+            "pve_cpu_usage_ratio{id=qemu/100,node=pve1} 0.25",
+            "pve_cpu_usage_ratio{id=lxc/201,node=pve2} 0"
+        ]
+    );
+    // The template's "n/a" is not a number: skipped and counted, not fatal.
+    assert_eq!(x.skipped_for(SkipReason::NotNumber), 1);
+}
+
+#[test]
+fn map_map_default_and_unmapped_strings() {
+    let up = compile(
+        r#"
+        metric = "pve_up"
+        each = "/data"
+        value = "/status"
+        labels = { id = "/id" }
+        map = { running = 1, online = 1, available = 1 }
+        map_default = 0
+        "#,
+    );
+    let x = extract(&[up], &resources(), None, DEFAULT_MAX_SERIES);
+    let values: Vec<f64> = x.samples.iter().map(|s| s.value).collect();
+    assert_eq!(values, [1.0, 0.0, 0.0, 1.0, 0.0]);
+
+    let strict = compile(
+        r#"
+        metric = "guest_running"
+        each = "/data"
+        value = "/status"
+        map = { running = 1 }
+        labels = { id = "/id" }
+        "#,
+    );
+    let x = extract(&[strict], &resources(), None, DEFAULT_MAX_SERIES);
+    assert_eq!(series(&x), ["guest_running{id=qemu/100} 1"]);
+    assert_eq!(x.skipped_for(SkipReason::Unmapped), 4);
+}
+
+#[test]
+fn a_missing_label_takes_its_default_or_is_empty_and_lists_sort() {
+    let info = compile(
+        r#"
+        metric = "pve_guest_info"
+        kind = "info"
+        each = "/data"
+        where = { "/type" = ["qemu", "lxc"], "/template" = "0" }
+        labels = { id = "/id", tags = "/tags", ha = "/hastate" }
+        defaults = { ha = "none" }
+        "#,
+    );
+    let x = extract(&[info], &resources(), None, DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        [
+            "pve_guest_info{ha=none,id=qemu/100,tags=prod;web} 1",
+            "pve_guest_info{ha=started,id=lxc/201,tags=} 1"
+        ]
+    );
+
+    let storage = compile(
+        r#"
+        metric = "pve_storage_info"
+        kind = "info"
+        each = "/data"
+        where = { "/type" = "storage" }
+        labels = { id = "/id", content = "/content" }
+        sorted_lists = ["content"]
+        "#,
+    );
+    let x = extract(&[storage], &resources(), None, DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        ["pve_storage_info{content=backup,iso,vztmpl,id=storage/pve1/local} 1"]
+    );
+}
+
+#[test]
+fn a_state_set_gives_every_state_one_hot_and_all_zero_when_absent() {
+    let ha = compile(
+        r#"
+        metric = "pve_ha_state"
+        kind = "stateset"
+        each = "/data"
+        where = { "/type" = ["qemu", "lxc"], "/template" = "0" }
+        value = "/hastate"
+        states = ["started", "stopped", "error"]
+        labels = { id = "/id" }
+        "#,
+    );
+    let x = extract(&[ha], &resources(), None, DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        [
+            "pve_ha_state{id=qemu/100,state=started} 0",
+            "pve_ha_state{id=qemu/100,state=stopped} 0",
+            "pve_ha_state{id=qemu/100,state=error} 0",
+            "pve_ha_state{id=lxc/201,state=started} 1",
+            "pve_ha_state{id=lxc/201,state=stopped} 0",
+            "pve_ha_state{id=lxc/201,state=error} 0"
+        ]
+    );
+}
+
+#[test]
+fn templates_keys_items_and_counts() {
+    let body = json!({"nodes": {"pve1": {"uptime": 10}, "pve2": {"uptime": 20}}, "cluster": "lab"});
+    let up = compile(
+        r#"
+        metric = "node_uptime_seconds"
+        each = "/nodes"
+        value = "/uptime"
+        labels = { id = "node/{@key}", via = "@item" }
+        "#,
+    );
+    let count = compile(
+        r#"
+        metric = "nodes_total"
+        kind = "counter"
+        each = "/nodes"
+        value = "@count"
+        labels = { id = "cluster/{/cluster}" }
+        "#,
+    );
+    let x = extract(&[up, count], &body, Some("pve1"), DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        [
+            "node_uptime_seconds{id=node/pve1,via=pve1} 10",
+            "node_uptime_seconds{id=node/pve2,via=pve1} 20",
+            "nodes_total{id=cluster/lab} 2"
+        ]
+    );
+}
+
+#[test]
+fn duplicates_across_rules_and_the_series_limit_are_counted() {
+    let a = compile("metric = \"m\"\neach = \"/data\"\nvalue = \"/vmid\"\nlabels = { node = \"/node\" }");
+    let x = extract(std::slice::from_ref(&a), &resources(), None, DEFAULT_MAX_SERIES);
+    // Two guests on pve1 give the same labels: the second is a duplicate.
+    assert_eq!(series(&x), ["m{node=pve1} 100", "m{node=pve2} 201"]);
+    assert_eq!(x.skipped_for(SkipReason::Duplicate), 1);
+    assert_eq!(x.skipped_for(SkipReason::Missing), 2, "node and storage have no vmid");
+
+    let b = compile("metric = \"n\"\neach = \"/data\"\nvalue = \"/vmid\"\nlabels = { id = \"/id\" }");
+    let x = extract(&[b], &resources(), None, 2);
+    assert_eq!(x.samples.len(), 2);
+    assert_eq!(x.skipped_for(SkipReason::Limit), 1);
+}
+
+#[test]
+fn an_each_that_is_not_there_is_one_missing() {
+    let r = compile("metric = \"m\"\neach = \"/nope\"\nvalue = \"/x\"");
+    let x = extract(&[r], &json!({"data": []}), None, 10);
+    assert!(x.samples.is_empty());
+    assert_eq!(x.skipped_for(SkipReason::Missing), 1);
+}
+
+#[test]
+fn bad_rules_are_refused_naming_the_key() {
+    let cases = [
+        ("metric = \"9x\"\nvalue = \"/a\"", "metric"),
+        ("metric = \"pollster_x\"\nvalue = \"/a\"", "metric"),
+        ("metric = \"x\"\nkind = \"counter\"\nvalue = \"/a\"", "metric"),
+        ("metric = \"x\"\nvalue = \"a\"", "value"),
+        ("metric = \"x\"", "value"),
+        ("metric = \"x\"\nkind = \"info\"\nvalue = \"/a\"", "value"),
+        ("metric = \"x\"\nvalue = \"@count\"", "value"),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nlabels = { instance = \"/i\" }",
+            "labels.instance",
+        ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nlabels = { \"bad-name\" = \"/i\" }",
+            "labels.bad-name",
+        ),
+        ("metric = \"x\"\nvalue = \"/a\"\nlabels = { id = \"id\" }", "labels.id"),
+        ("metric = \"x\"\nvalue = \"/a\"\nlabels = { id = \"{/a\" }", "labels.id"),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nlabels = { id = \"@key\" }",
+            "labels.id",
+        ),
+        ("metric = \"x\"\nvalue = \"/a\"\nwhere = {}", "where"),
+        ("metric = \"x\"\nvalue = \"/a\"\nwhere = { \"/t\" = [] }", "where./t"),
+        ("metric = \"x\"\nvalue = \"/a\"\nwhere = { \"t\" = \"a\" }", "where.t"),
+        (
+            "metric = \"x_total\"\nkind = \"counter\"\nvalue = \"/a\"\nmap = { a = 1 }",
+            "map",
+        ),
+        ("metric = \"x\"\nkind = \"stateset\"\nvalue = \"/a\"", "states"),
+        (
+            "metric = \"x\"\nkind = \"stateset\"\nvalue = \"/a\"\nstates = [\"a\", \"a\"]",
+            "states",
+        ),
+        (
+            "metric = \"x\"\nkind = \"stateset\"\nvalue = \"/a\"\nstates = [\"a\"]\nlabels = { state = \"/s\" }",
+            "labels.state",
+        ),
+        ("metric = \"x\"\nvalue = \"/a\"\nstates = [\"a\"]", "states"),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\ndefaults = { id = \"\" }",
+            "defaults.id",
+        ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nsorted_lists = [\"id\"]",
+            "sorted_lists",
+        ),
+        ("metric = \"x\"\nvalue = \"/a\"\nscale = 0.0", "scale"),
+        ("metric = \"x\"\nvalue = \"/a\"\nhelp = \"a\\nb\"", "help"),
+    ];
+    for (text, key) in cases {
+        assert_eq!(compile_err(text).key, key, "{text}");
+    }
+    // Unknown keys are refused by the reader.
+    assert!(toml::from_str::<ValueRule>("metric = \"x\"\nvalue = \"/a\"\nlabel = {}").is_err());
+}
+
+#[test]
+fn rules_feeding_one_metric_must_agree() {
+    let a = compile("metric = \"pve_up\"\nhelp = \"up\"\nvalue = \"/a\"\nlabels = { id = \"/id\" }");
+    let b =
+        compile("metric = \"pve_up\"\nhelp = \"up\"\neach = \"/d\"\nvalue = \"/b\"\nlabels = { id = \"{/t}/{/n}\" }");
+    assert_eq!(check_families(&[&a, &b]), Ok(()));
+    let c = compile("metric = \"pve_up\"\nhelp = \"up\"\nvalue = \"/a\"\nlabels = { name = \"/id\" }");
+    let e = check_families(&[&a, &b, &c]).expect_err("labels differ");
+    assert_eq!((e.first, e.second), (0, 2));
+    assert!(e.message.contains("labels"), "{e}");
+    let d = compile("metric = \"pve_up\"\nhelp = \"other\"\nvalue = \"/a\"\nlabels = { id = \"/id\" }");
+    assert!(check_families(&[&a, &d]).expect_err("help").message.contains("help"));
+    let i = compile("metric = \"pve_up\"\nhelp = \"up\"\nkind = \"info\"\nlabels = { id = \"/id\" }");
+    assert!(check_families(&[&a, &i]).expect_err("kind").message.contains("kind"));
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i32>().prop_map(|n| json!(n)),
+        (-1e9f64..1e9).prop_map(|n| json!(n)),
+        "[a-z0-9,.]{0,6}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map("[a-c]{1,2}", inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    /// Any body: no panic, never more than the limit, every sample carries
+    /// every label of its rule, and no two samples share metric and labels.
+    #[test]
+    fn extraction_is_total_and_bounded(body in json_value(), limit in 0usize..8) {
+        let rules = [
+            compile("metric = \"a\"\neach = \"\"\nvalue = \"/a\"\nlabels = { k = \"@key\", b = \"/b\" }\nmap = { x = 1 }"),
+            compile("metric = \"s\"\nkind = \"stateset\"\neach = \"/a\"\nvalue = \"/b\"\nstates = [\"x\", \"1\"]\nlabels = { c = \"{/c}-{/a}\" }"),
+            compile("metric = \"c_total\"\nkind = \"counter\"\neach = \"/b\"\nwhere = { \"/a\" = [\"1\", \"true\"] }\nvalue = \"@count\""),
+            compile("metric = \"i\"\nkind = \"info\"\nlabels = { a = \"/a\" }\nsorted_lists = [\"a\"]"),
+        ];
+        let x = extract(&rules, &body, Some("it"), limit);
+        prop_assert!(x.samples.len() <= limit);
+        let mut seen = std::collections::HashSet::new();
+        for s in &x.samples {
+            let rule = rules.iter().find(|r| r.metric == s.metric).expect("a rule's metric");
+            let names: Vec<&str> = s.labels.iter().map(|(k, _)| &**k).collect();
+            prop_assert_eq!(names, rule.label_names());
+            prop_assert!(s.value.is_finite());
+            prop_assert!(seen.insert((s.metric.clone(), s.labels.clone())));
+        }
+    }
+}
