@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 use super::*;
+use crate::values::{Rule, ValueRule, check_families};
 
 /// One fetch a type makes (§1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +31,27 @@ pub struct GroupDef {
     pub fan_out: Option<String>,
     #[serde(default)]
     pub forward: bool,
+    /// Value rules: what of the body becomes metric samples.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<ValueRule>,
+    /// The most samples the rules keep from one body (fan-out: one item's).
+    #[serde(default = "default_max_series")]
+    pub max_series: usize,
+    /// Keep the last good body, for the data API.
+    #[serde(default)]
+    pub keep_body: bool,
+    /// The largest body kept (larger ones are not kept, and say so).
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: u64,
+}
+
+fn default_max_series() -> usize {
+    crate::values::DEFAULT_MAX_SERIES
+}
+/// A kept body's size limit unless the group sets `max_body_bytes`.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
+fn default_max_body_bytes() -> u64 {
+    DEFAULT_MAX_BODY_BYTES
 }
 
 fn default_priority() -> u8 {
@@ -68,6 +90,10 @@ impl GroupDef {
             item_field: None,
             fan_out: None,
             forward: false,
+            values: Vec::new(),
+            max_series: default_max_series(),
+            keep_body: false,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
     }
 }
@@ -190,9 +216,78 @@ impl TypeDef {
                 }
                 None => {}
             }
+            if g.max_series == 0 || g.max_series > 1_000_000 {
+                return Err(FieldError::new(
+                    format!("{gf}.max_series"),
+                    g.max_series,
+                    "must be between 1 and 1000000",
+                ));
+            }
+            if g.max_body_bytes == 0 || g.max_body_bytes > 64 * 1024 * 1024 {
+                return Err(FieldError::new(
+                    format!("{gf}.max_body_bytes"),
+                    g.max_body_bytes,
+                    "must be between 1 and 67108864 (64 MiB)",
+                ));
+            }
+            g.compile_values(&self.name, &gf)?;
         }
         Ok(())
     }
+}
+
+impl GroupDef {
+    /// The group's value rules, checked and compiled. An error names the
+    /// rule's key under `field` (`types[0].groups[1].values[2].labels.id`)
+    /// and, in its message, the type, group and metric.
+    pub fn compile_values(&self, type_name: &str, field: &str) -> Result<Vec<Rule>, FieldError> {
+        self.values
+            .iter()
+            .enumerate()
+            .map(|(j, rule)| {
+                rule.compile().map_err(|e| {
+                    FieldError::new(
+                        format!("{field}.values[{j}].{}", e.key),
+                        e.value,
+                        format!(
+                            "{} (type {type_name}, group {}, rule {j}: {})",
+                            e.message, self.name, rule.metric
+                        ),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// Checks that the rules of every type that feed one metric agree on its
+/// kind, help and label names (`types` as configured, in order). The error
+/// names both rules.
+pub fn check_value_families(types: &[TypeDef]) -> Result<(), FieldError> {
+    let mut compiled = Vec::new();
+    let mut at = Vec::new();
+    for (t, ty) in types.iter().enumerate() {
+        for (g, group) in ty.groups.iter().enumerate() {
+            let field = format!("types[{t}].groups[{g}]");
+            for (j, rule) in group.compile_values(&ty.name, &field)?.into_iter().enumerate() {
+                compiled.push(rule);
+                at.push((format!("{field}.values[{j}]"), &ty.name, &group.name));
+            }
+        }
+    }
+    let refs: Vec<&Rule> = compiled.iter().collect();
+    check_families(&refs).map_err(|e| {
+        let (first, ft, fg) = &at[e.first];
+        let (second, st, sg) = &at[e.second];
+        FieldError::new(
+            format!("{second}.metric"),
+            &e.metric,
+            format!(
+                "{} (type {st}, group {sg}; the first rule is {first}: type {ft}, group {fg})",
+                e.message
+            ),
+        )
+    })
 }
 
 /// What a secret shows as wherever it is displayed or returned (API, pages,
