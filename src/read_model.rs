@@ -133,8 +133,8 @@ pub struct TaskRow {
     pub key: TaskKey,
     pub type_name: Arc<str>,
     pub breaker: BreakerState,
-    /// [`crate::core::staleness::score`]: 0 right after a success, 1 at `max_interval`
-    /// without one (or never succeeded).
+    /// [`crate::core::staleness::score`]: 0 right after a success, 1 at
+    /// `max_interval` without one (or never succeeded).
     pub score: f64,
     /// See [`Freshness::stale`].
     pub stale: bool,
