@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod model;
 pub mod poll;
 pub mod presets;
+pub mod read_model;
 pub mod sink;
 pub mod store;
 pub mod values;

@@ -3,6 +3,7 @@
 use super::*;
 use crate::model::{Auth, Profile, SchedulerMode};
 use std::io::Write;
+use std::time::Duration;
 
 /// The example of SPEC §7, with a `pve` type so the `pve/storage` pin resolves.
 const EXAMPLE: &str = r#"

@@ -4,9 +4,8 @@
 //! Counters and histograms are updated by the workers as polls finish. Gauges
 //! that describe the state of every task (staleness, last success, breaker
 //! state, queue depth, cadence, the pools' plans) are computed at scrape time
-//! from the engine's read model ([`crate::engine::snapshot::Snapshot`], the
-//! one the health API and the dashboard show), so the poll path pays nothing
-//! for them.
+//! from the read model ([`crate::read_model::Snapshot`], the one the health
+//! API and the dashboard show), so the poll path pays nothing for them.
 
 mod series;
 
@@ -14,8 +13,8 @@ pub use series::PollSeries;
 use series::{family, gauge, labels};
 
 use crate::core::catalog::Catalog;
-use crate::engine::snapshot::{Detail, PoolFigures, SnapshotSource};
 use crate::model::{ErrorCategory, TaskKey};
+use crate::read_model::{Detail, PoolFigures, TakeSnapshot};
 use prometheus::core::{Collector, Desc};
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
@@ -47,7 +46,10 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(snapshots: SnapshotSource, catalog: Arc<RwLock<Arc<Catalog>>>) -> Result<Metrics, prometheus::Error> {
+    pub fn new(
+        snapshots: impl TakeSnapshot + 'static,
+        catalog: Arc<RwLock<Arc<Catalog>>>,
+    ) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
         registry.register(Box::new(InfoCollector::new(catalog)?))?;
         let rate_limited = IntCounterVec::new(
@@ -90,7 +92,7 @@ impl Metrics {
         )?;
         registry.register(Box::new(dispatch_lateness.clone()))?;
         registry.register(Box::new(SharedCollector(poll.clone())))?;
-        registry.register(Box::new(SnapshotCollector::new(snapshots)?))?;
+        registry.register(Box::new(SnapshotCollector::new(Box::new(snapshots))?))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(Metrics {
@@ -134,11 +136,12 @@ impl<C: Collector> Collector for SharedCollector<C> {
     }
 }
 
-/// Gauges derived from a [`Snapshot`] taken at scrape time: one snapshot per
-/// scrape feeds the per-task families (built straight from its rows, not
-/// kept in gauge vectors between scrapes), the counts and every pool's plan.
+/// Gauges derived from a [`Snapshot`](crate::read_model::Snapshot) taken at
+/// scrape time: one snapshot per scrape feeds the per-task families (built
+/// straight from its rows, not kept in gauge vectors between scrapes), the
+/// counts and every pool's plan.
 struct SnapshotCollector {
-    snapshots: SnapshotSource,
+    snapshots: Box<dyn TakeSnapshot>,
     queue_depth: IntGauge,
     inflight: IntGaugeVec,
     dead_letter: IntGauge,
@@ -173,7 +176,7 @@ fn desc((name, help): (&str, &str), label_names: &[&str]) -> Result<Desc, promet
 }
 
 impl SnapshotCollector {
-    fn new(snapshots: SnapshotSource) -> Result<Self, prometheus::Error> {
+    fn new(snapshots: Box<dyn TakeSnapshot>) -> Result<Self, prometheus::Error> {
         let task_labels = ["instance_type", "instance", "group"];
         let queue_depth = IntGauge::new(
             "pollster_monitor_poll_queue_depth",

@@ -8,22 +8,10 @@
 //!   serializes an event and queues it under a mutex (never waits for I/O),
 //!   and one driver task ([`Sink::start`]) POSTs batches when the core says
 //!   so. Only this layer reads the wall clock.
-//!
-//! # Requests
-//!
-//! `POST url` with the body = the batch's lines concatenated (each ends with
-//! `\n`), `Content-Type: application/x-ndjson`, the configured headers (their
-//! values are secrets: marked sensitive, never logged or shown), and
-//! `Content-Encoding: gzip` when `gzip` is on. Each request has a timeout of
-//! [`REQUEST_TIMEOUT`] (connect to end of response). No proxy from the
-//! environment, no redirects, no retries inside reqwest: only the core's
-//! schedule retries.
-//!
-//! - 2xx: delivered.
-//! - 408, 429, 5xx, and transport errors (connect, TLS, timeout…): retried on
-//!   the schedule, the batch as it was.
-//! - Any other status (3xx, 4xx): rejected; the batch is dropped at once and
-//!   counted `rejected`.
+//! - `delivery.rs` makes the POST and sorts its answer into delivered,
+//!   retried or rejected (the request's rules are there); `driver.rs` is
+//!   the task that decides, step by step, what to do next; `outbox.rs`
+//!   moves change events between the store and the core.
 //!
 //! # Change events: the outbox
 //!
@@ -49,15 +37,18 @@
 //! config live; [`Sink::shutdown`] stops the driver and flushes what is left,
 //! in batches, stopping at the first failure or when its time is up. After
 //! shutdown, [`Sink::emit`] does nothing.
-
 pub mod core;
+mod delivery;
+mod driver;
 pub mod event;
 pub mod metrics;
+mod outbox;
 
 #[cfg(test)]
 mod tests;
 
 pub use self::core::{Batch, Batches, Counters, Limits, Next, OutboxRead, Outcome, Settled, SinkCore};
+pub use delivery::{REQUEST_TIMEOUT, SendError};
 pub use event::{
     BreakerEvent, DeadLetterAction, DeadLetterEvent, Event, EventKind, PollEvent, SettingsSection, rfc3339_millis,
 };
@@ -66,61 +57,14 @@ pub use metrics::SinkMetrics;
 use crate::config::SinkConfig;
 use crate::model::{Timestamp, duration_str};
 use crate::store::{OutboxEvent, Store};
-use reqwest::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use delivery::{Target, http_client, post};
+use driver::{AliveGuard, drive};
 use serde::Serialize;
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinHandle};
-
-/// Timeout of one POST, from connecting to the end of the response.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The longest the driver sleeps before looking again, so a wall-clock jump
-/// cannot stall it.
-const MAX_SLEEP: Duration = Duration::from_secs(1);
-
-/// How much of an error response's body goes into the error message.
-const ERROR_BODY_CHARS: usize = 200;
-
-/// Why a POST failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SendError {
-    #[error("the event sink is disabled")]
-    Disabled,
-    /// The receiver answered with a non-2xx status.
-    #[error("HTTP {status}{detail}")]
-    Status { status: u16, detail: String },
-    #[error("timed out after {}", duration_str::format(*.0))]
-    Timeout(Duration),
-    /// Connect, TLS, or a broken connection.
-    #[error("{0}")]
-    Transport(String),
-    #[error("cannot compress the batch: {0}")]
-    Encode(String),
-}
-
-impl SendError {
-    /// Whether the batch should be retried: 408, 429, 5xx and every failure
-    /// to get an answer.
-    pub fn retryable(&self) -> bool {
-        match self {
-            SendError::Status { status, .. } => *status == 408 || *status == 429 || (500..600).contains(status),
-            SendError::Disabled => false,
-            SendError::Timeout(_) | SendError::Transport(_) | SendError::Encode(_) => true,
-        }
-    }
-
-    fn outcome(self) -> Outcome {
-        if self.retryable() {
-            Outcome::Retryable(self.to_string())
-        } else {
-            Outcome::Rejected(self.to_string())
-        }
-    }
-}
 
 /// The sink's state for the status page and `GET /api/settings/sink`-like
 /// endpoints. Header values are never included, only their names.
@@ -204,68 +148,8 @@ struct State {
     undeleted: Vec<u64>,
 }
 
-/// Where and how to POST, derived from a config once per change.
-struct Target {
-    config: SinkConfig,
-    /// Configured headers (values sensitive), content type and encoding.
-    headers: HeaderMap,
-    display_url: String,
-}
-
-impl Target {
-    fn new(config: SinkConfig) -> Target {
-        let mut headers = HeaderMap::new();
-        for (name, value) in &config.headers {
-            let parsed = HeaderName::from_bytes(name.as_bytes())
-                .ok()
-                .zip(HeaderValue::from_str(value).ok());
-            match parsed {
-                Some((n, mut v)) => {
-                    v.set_sensitive(true);
-                    headers.insert(n, v);
-                }
-                // `SinkConfig::validate` refuses these; never log the value.
-                None => tracing::warn!(header = %name, "event sink: invalid header skipped"),
-            }
-        }
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
-        if config.gzip {
-            headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        } else {
-            headers.remove(CONTENT_ENCODING);
-        }
-        Target {
-            display_url: display_url(&config.url),
-            headers,
-            config,
-        }
-    }
-}
-
-/// The URL with a password in it (`https://user:pass@host/`) masked.
-fn display_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        _ => url.to_string(),
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn http_client() -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
-        .user_agent(crate::poll::USER_AGENT)
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .timeout(REQUEST_TIMEOUT)
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
 impl Sink {
@@ -582,319 +466,4 @@ impl Inner {
             ),
         }
     }
-}
-
-impl Inner {
-    /// A 2xx for `batch`: delete its outbox rows (and any whose deletion
-    /// failed before). A row that cannot be deleted now is tried again
-    /// with the next batch; if the process stops first, it is sent again
-    /// after the restart (at least once).
-    async fn delivered(&self, batch: &Batch) {
-        let Some(store) = self.outbox.get().cloned() else {
-            return;
-        };
-        let seqs: Vec<u64> = {
-            let mut st = lock(&self.state);
-            if batch.seqs.is_empty() && st.undeleted.is_empty() {
-                return;
-            }
-            let mut seqs = std::mem::take(&mut st.undeleted);
-            seqs.extend(batch.seqs.iter().copied());
-            seqs
-        };
-        let s = seqs.clone();
-        match tokio::task::spawn_blocking(move || store.delete_outbox(&s)).await {
-            Ok(Ok(n)) => self.metrics.outbox_depth.sub(n as i64),
-            failed => {
-                let error = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    Err(e) => e.to_string(),
-                    Ok(Ok(_)) => String::new(),
-                };
-                tracing::warn!(%error, rows = seqs.len(), "event sink: cannot delete delivered events from the outbox; will retry");
-                lock(&self.state).undeleted.extend(seqs);
-            }
-        }
-    }
-
-    /// Read one page of the outbox into the core's window. Unreadable rows
-    /// are logged and deleted (they can never be sent).
-    async fn read_outbox(&self, store: Store, read: OutboxRead) -> bool {
-        let result = tokio::task::spawn_blocking(move || {
-            let page = store.outbox_page(read.after, read.limit)?;
-            let mut rows = Vec::with_capacity(page.len());
-            let mut bad = Vec::new();
-            let mut seen = read.after;
-            for (seq, row) in page {
-                seen = seen.max(seq);
-                match row {
-                    Ok(e) => rows.push((seq, e.line)),
-                    Err(e) => bad.push((seq, e)),
-                }
-            }
-            if !bad.is_empty() {
-                let seqs: Vec<u64> = bad.iter().map(|(s, _)| *s).collect();
-                store.delete_outbox(&seqs)?;
-            }
-            Ok::<_, crate::store::StoreError>((rows, seen, bad))
-        })
-        .await;
-        let now = Timestamp::now();
-        match result {
-            Ok(Ok((rows, seen, bad))) => {
-                for (seq, e) in &bad {
-                    tracing::error!(seq, error = %e, "event sink: unreadable outbox row deleted");
-                }
-                self.metrics.outbox_depth.sub(bad.len() as i64);
-                let mut st = lock(&self.state);
-                st.core.outbox_loaded(read, rows, seen, now);
-                if !bad.is_empty() {
-                    // The page may have been full of rows: look again.
-                    st.core.outbox_committed();
-                }
-                self.publish(&mut st);
-                true
-            }
-            failed => {
-                let error = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    Err(e) => e.to_string(),
-                    Ok(Ok(_)) => String::new(),
-                };
-                tracing::warn!(%error, "event sink: cannot read the outbox; will retry");
-                lock(&self.state).core.outbox_committed();
-                false
-            }
-        }
-    }
-
-    /// The outbox as the driver starts: its depth for the gauge, or, with
-    /// the sink off, cleared.
-    async fn open_outbox(&self) {
-        let Some(store) = self.outbox.get().cloned() else {
-            return;
-        };
-        let off = lock(&self.state).target.is_none();
-        let result = tokio::task::spawn_blocking(move || {
-            if off {
-                store.clear_outbox().map(|n| (0, n))
-            } else {
-                store.outbox_len().map(|n| (n, 0))
-            }
-        })
-        .await;
-        match result {
-            Ok(Ok((depth, cleared))) => {
-                self.metrics.outbox_depth.set(depth as i64);
-                if cleared > 0 {
-                    tracing::info!(cleared, "event sink is off: cleared the undelivered change events");
-                    let mut st = lock(&self.state);
-                    st.core.count_discarded_outbox(cleared);
-                    self.publish(&mut st);
-                }
-            }
-            Ok(Err(e)) => tracing::warn!(error = %e, "event sink: cannot open the outbox"),
-            Err(e) => tracing::warn!(error = %e, "event sink: cannot open the outbox"),
-        }
-    }
-
-    /// The sink was turned off: clear the outbox, counting what it held.
-    async fn purge_outbox(&self, store: Store) {
-        match tokio::task::spawn_blocking(move || store.clear_outbox()).await {
-            Ok(Ok(n)) => {
-                self.metrics.outbox_depth.sub(n as i64);
-                let mut st = lock(&self.state);
-                st.core.count_discarded_outbox(n);
-                self.publish(&mut st);
-                if n > 0 {
-                    tracing::info!(
-                        cleared = n,
-                        "event sink disabled: cleared the undelivered change events"
-                    );
-                }
-            }
-            Ok(Err(e)) => tracing::warn!(error = %e, "event sink: cannot clear the outbox"),
-            Err(e) => tracing::warn!(error = %e, "event sink: cannot clear the outbox"),
-        }
-    }
-}
-
-/// Clears `alive` when the driver's future is dropped (ended or aborted).
-struct AliveGuard(Arc<Inner>);
-
-impl Drop for AliveGuard {
-    fn drop(&mut self) {
-        self.0.alive.send_replace(false);
-    }
-}
-
-enum Step {
-    Wait(Option<Timestamp>),
-    Send(Arc<Target>, Batch, Duration),
-    Read(Store, OutboxRead),
-    Purge(Store),
-}
-
-/// The driver: sleep until the core has a batch ready (or a wake-up), POST
-/// it, report the outcome; until shutdown.
-async fn drive(inner: Arc<Inner>) {
-    inner.open_outbox().await;
-    let store = inner.outbox.get().cloned();
-    loop {
-        let step = {
-            let mut st = lock(&inner.state);
-            if st.stopped {
-                return;
-            }
-            let purge = std::mem::take(&mut st.purge) && st.target.is_none();
-            let read = match (&store, &st.target) {
-                (Some(s), Some(_)) => st.core.outbox_wanted().map(|r| (s.clone(), r)),
-                _ => None,
-            };
-            match (st.target.clone(), &store) {
-                (None, Some(s)) if purge => Step::Purge(s.clone()),
-                (None, _) => Step::Wait(None),
-                (Some(_), _) if read.is_some() => {
-                    let (s, r) = read.expect("checked");
-                    Step::Read(s, r)
-                }
-                (Some(target), _) => match st.core.next(Timestamp::now()) {
-                    Next::Idle => Step::Wait(None),
-                    Next::WaitUntil(at) => Step::Wait(Some(at)),
-                    Next::Send(batch) => Step::Send(target, batch, st.request_timeout),
-                },
-            }
-        };
-        match step {
-            Step::Wait(None) => inner.wake.notified().await,
-            Step::Wait(Some(at)) => {
-                let delay = Duration::from_millis(at.0.saturating_sub(Timestamp::now().0)).min(MAX_SLEEP);
-                tokio::select! {
-                    _ = inner.wake.notified() => {}
-                    _ = tokio::time::sleep(delay) => {}
-                }
-            }
-            Step::Send(target, batch, timeout) => {
-                let outcome = match post(&inner.client, &target, batch.lines.clone(), timeout).await {
-                    Ok(()) => Outcome::Ok,
-                    Err(e) => e.outcome(),
-                };
-                let ok = outcome == Outcome::Ok;
-                inner.settle(&batch, outcome);
-                if ok {
-                    inner.delivered(&batch).await;
-                }
-            }
-            Step::Read(store, read) => {
-                if !inner.read_outbox(store, read).await {
-                    tokio::select! {
-                        _ = inner.wake.notified() => {}
-                        _ = tokio::time::sleep(MAX_SLEEP) => {}
-                    }
-                }
-            }
-            Step::Purge(store) => inner.purge_outbox(store).await,
-        }
-    }
-}
-
-/// The request body: the lines concatenated, gzipped when asked.
-fn encode(lines: &[String], gzip: bool) -> Result<Vec<u8>, SendError> {
-    let len = lines.iter().map(String::len).sum();
-    if !gzip {
-        let mut body = Vec::with_capacity(len);
-        for l in lines {
-            body.extend_from_slice(l.as_bytes());
-        }
-        return Ok(body);
-    }
-    let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(len / 4 + 64), flate2::Compression::default());
-    for l in lines {
-        enc.write_all(l.as_bytes())
-            .map_err(|e| SendError::Encode(e.to_string()))?;
-    }
-    enc.finish().map_err(|e| SendError::Encode(e.to_string()))
-}
-
-/// POST `lines` to `target` under `timeout` and classify the answer.
-async fn post(
-    client: &Result<reqwest::Client, String>,
-    target: &Target,
-    lines: Arc<[String]>,
-    timeout: Duration,
-) -> Result<(), SendError> {
-    let client = client.as_ref().map_err(|e| SendError::Transport(e.clone()))?;
-    let gzip = target.config.gzip;
-    let body = if gzip {
-        // Compressing a large batch is CPU work: keep it off the runtime.
-        tokio::task::spawn_blocking(move || encode(&lines, true))
-            .await
-            .map_err(|e| SendError::Encode(e.to_string()))??
-    } else {
-        encode(&lines, false)?
-    };
-    let request = client
-        .post(&target.config.url)
-        .headers(target.headers.clone())
-        .timeout(timeout)
-        .body(body);
-    let response = match request.send().await {
-        Ok(r) => r,
-        Err(e) => return Err(transport_error(&e, timeout)),
-    };
-    let status = response.status();
-    if status.is_success() {
-        // Read the (normally tiny) answer so the connection can be reused.
-        let _ = read_prefix(response, 0).await;
-        return Ok(());
-    }
-    let mut detail = status.canonical_reason().map(|r| format!(" {r}")).unwrap_or_default();
-    let text = read_prefix(response, ERROR_BODY_CHARS).await;
-    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if !text.is_empty() {
-        detail.push_str(": ");
-        detail.push_str(&text);
-    }
-    Err(SendError::Status {
-        status: status.as_u16(),
-        detail,
-    })
-}
-
-/// Up to `chars` characters of the body (reading at most a few KiB, up to
-/// the request's timeout), lossy UTF-8.
-async fn read_prefix(mut response: reqwest::Response, chars: usize) -> String {
-    let mut buf = Vec::new();
-    let cap = (chars * 4).max(1) + 4096;
-    while buf.len() < cap {
-        match response.chunk().await {
-            Ok(Some(c)) => buf.extend_from_slice(&c),
-            _ => break,
-        }
-    }
-    String::from_utf8_lossy(&buf).chars().take(chars).collect()
-}
-
-fn transport_error(e: &reqwest::Error, timeout: Duration) -> SendError {
-    if e.is_timeout() {
-        return SendError::Timeout(timeout);
-    }
-    // The innermost cause says the most ("connection refused"); the URL is
-    // shown elsewhere and may hold a password.
-    let mut message = if e.is_connect() {
-        "connection failed".to_string()
-    } else {
-        "request failed".to_string()
-    };
-    let mut source = std::error::Error::source(e);
-    let mut last = None;
-    while let Some(s) = source {
-        last = Some(s.to_string());
-        source = s.source();
-    }
-    if let Some(l) = last {
-        message.push_str(": ");
-        message.push_str(&l);
-    }
-    SendError::Transport(message)
 }

@@ -1,0 +1,76 @@
+//! `[server]`: the listeners, the data directory and the reverse proxies
+//! that are trusted.
+
+use serde::{Deserialize, Serialize};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+/// `[server]`: listeners and the data directory. Not editable at run time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Web UI and JSON API.
+    pub listen: SocketAddr,
+    /// Prometheus `/metrics`, on its own listener so it is never exposed by accident.
+    pub metrics_listen: SocketAddr,
+    /// Where the database lives. Relative paths are relative to the working
+    /// directory; the packaged file sets `/var/lib/pollster`.
+    pub data_dir: PathBuf,
+    /// Trust `X-Forwarded-For` / `X-Forwarded-Proto` from a reverse proxy in
+    /// front of Pollster (client address for login throttling, HTTPS for the
+    /// cookie's `Secure` flag). Off by default: a direct client could forge
+    /// them. On its own it trusts a proxy on loopback only; name the proxies
+    /// in `trusted_proxies`.
+    pub trust_proxy: bool,
+    /// The reverse proxies whose `X-Forwarded-*` headers are believed, as
+    /// addresses or CIDR ranges (`10.0.0.5`, `10.1.0.0/16`, `::1`). A request
+    /// whose peer is not in the list is taken at its socket address.
+    pub trusted_proxies: Vec<String>,
+    /// Connections the web UI and API listener serves at once; more wait in
+    /// the kernel's backlog until one ends (the metrics listener has its own,
+    /// smaller cap).
+    pub max_connections: usize,
+}
+
+impl ServerConfig {
+    /// The proxies whose forwarded headers are believed: `trusted_proxies`,
+    /// or loopback alone when only `trust_proxy` is on; none otherwise.
+    /// Entries that do not parse were refused at load.
+    pub fn proxy_nets(&self) -> Vec<ipnet::IpNet> {
+        let mut nets: Vec<ipnet::IpNet> = self.trusted_proxies.iter().filter_map(|s| parse_net(s).ok()).collect();
+        if nets.is_empty() && self.trust_proxy {
+            nets = ["127.0.0.0/8", "::1/128"]
+                .iter()
+                .filter_map(|s| s.parse().ok())
+                .collect();
+        }
+        nets
+    }
+}
+
+/// `10.0.0.5` (one address) or `10.1.0.0/16`.
+pub fn parse_net(raw: &str) -> Result<ipnet::IpNet, String> {
+    let raw = raw.trim();
+    if let Ok(ip) = raw.parse::<std::net::IpAddr>() {
+        return Ok(ipnet::IpNet::from(ip));
+    }
+    raw.parse::<ipnet::IpNet>()
+        .map(|n| n.trunc())
+        .map_err(|_| "must be an IP address or a CIDR range, e.g. 10.0.0.5 or 10.1.0.0/16".into())
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 7655)),
+            metrics_listen: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 9091)),
+            data_dir: PathBuf::from("./data"),
+            trust_proxy: false,
+            trusted_proxies: Vec::new(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Default `server.max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;

@@ -1,0 +1,265 @@
+//! The kind-specific part of each event: what a poll, a breaker
+//! transition, a dead-letter move, a settings change, an operator action and
+//! a test event carry. Field order is the order of the JSON line.
+
+use super::ser_opt_time;
+use crate::model::{
+    BreakerState, DeadLetterReason, ErrorCategory, ErrorKind, FailedItem, PollError, PollResult, Timestamp,
+};
+use serde::Serialize;
+use std::time::Duration;
+
+/// `result` of a poll event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PollOutcome {
+    Success,
+    Error,
+}
+
+/// `error` of a poll event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventError {
+    pub category: ErrorCategory,
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl From<&PollError> for EventError {
+    fn from(e: &PollError) -> Self {
+        EventError {
+            category: e.category,
+            kind: e.kind,
+            message: e.message.clone(),
+        }
+    }
+}
+
+/// One entry of `failed_items`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventFailedItem {
+    pub item: String,
+    pub message: String,
+    pub status: Option<u16>,
+}
+
+impl From<&FailedItem> for EventFailedItem {
+    fn from(f: &FailedItem) -> Self {
+        EventFailedItem {
+            item: f.item.clone(),
+            message: f.error.message.clone(),
+            status: f.error.status,
+        }
+    }
+}
+
+/// A finished poll. The constructors keep `result`, `changed` and `error`
+/// consistent: `changed` only on success, `error` only on error.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PollEvent {
+    instance: String,
+    #[serde(rename = "type")]
+    type_name: String,
+    group: String,
+    result: PollOutcome,
+    duration_ms: f64,
+    status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changed: Option<bool>,
+    error: Option<EventError>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    failed_items: Vec<EventFailedItem>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body: Option<serde_json::Value>,
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
+impl PollEvent {
+    /// A successful poll answered with `status`; `changed` when the body
+    /// differs from the previous successful poll.
+    pub fn success(
+        instance: &str,
+        type_name: &str,
+        group: &str,
+        duration: Duration,
+        status: u16,
+        changed: bool,
+    ) -> PollEvent {
+        PollEvent {
+            instance: instance.into(),
+            type_name: type_name.into(),
+            group: group.into(),
+            result: PollOutcome::Success,
+            duration_ms: millis(duration),
+            status: Some(status),
+            changed: Some(changed),
+            error: None,
+            failed_items: Vec::new(),
+            body: None,
+        }
+    }
+
+    /// A failed poll; `status` is the error's HTTP status, if any.
+    pub fn error(instance: &str, type_name: &str, group: &str, duration: Duration, error: &PollError) -> PollEvent {
+        PollEvent {
+            instance: instance.into(),
+            type_name: type_name.into(),
+            group: group.into(),
+            result: PollOutcome::Error,
+            duration_ms: millis(duration),
+            status: error.status,
+            changed: None,
+            error: Some(error.into()),
+            failed_items: Vec::new(),
+            body: None,
+        }
+    }
+
+    /// From the poller's result; on success the fan-out's failed items are
+    /// included. `changed` is ignored on error.
+    pub fn from_result(
+        instance: &str,
+        type_name: &str,
+        group: &str,
+        duration: Duration,
+        result: &PollResult,
+        changed: bool,
+    ) -> PollEvent {
+        match result {
+            Ok(s) => PollEvent::success(instance, type_name, group, duration, s.status, changed)
+                .with_failed_items(&s.failed_items),
+            Err(e) => PollEvent::error(instance, type_name, group, duration, e),
+        }
+    }
+
+    /// Set `failed_items` (omitted from the JSON when empty).
+    pub fn with_failed_items(mut self, items: &[FailedItem]) -> PollEvent {
+        self.failed_items = items.iter().map(EventFailedItem::from).collect();
+        self
+    }
+
+    /// Include the response body: as JSON when it parses, else as a string
+    /// (invalid UTF-8 replaced). Bodies can be large; the caller decides.
+    pub fn with_body(mut self, body: &[u8]) -> PollEvent {
+        self.body = Some(
+            serde_json::from_slice(body)
+                .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(body).into_owned())),
+        );
+        self
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+    pub fn result(&self) -> PollOutcome {
+        self.result
+    }
+}
+
+/// A breaker transition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BreakerEvent {
+    pub instance: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub group: String,
+    pub from: BreakerState,
+    pub to: BreakerState,
+    pub failures: u32,
+    #[serde(serialize_with = "ser_opt_time")]
+    pub retry_at: Option<Timestamp>,
+}
+
+/// `action` of a dead-letter event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadLetterAction {
+    /// The task moved into the dead-letter queue.
+    Entered,
+    /// A recheck succeeded and the task is polled normally again.
+    Left,
+    /// A periodic single probe ran and failed; the task stays.
+    Rechecked,
+    /// An operator asked for an immediate retry.
+    Retried,
+    /// An operator discarded the task: it is not polled until re-enabled.
+    Discarded,
+    /// An operator re-enabled a discarded task.
+    Enabled,
+}
+
+/// A dead-letter move. Build with [`DeadLetterEvent::new`] and the `with_*`
+/// methods, or fill the fields directly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadLetterEvent {
+    pub instance: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub group: String,
+    pub action: DeadLetterAction,
+    pub reason: Option<String>,
+    pub error: Option<String>,
+    pub actor: Option<String>,
+}
+
+impl DeadLetterEvent {
+    pub fn new(instance: &str, type_name: &str, group: &str, action: DeadLetterAction) -> DeadLetterEvent {
+        DeadLetterEvent {
+            instance: instance.into(),
+            type_name: type_name.into(),
+            group: group.into(),
+            action,
+            reason: None,
+            error: None,
+            actor: None,
+        }
+    }
+    pub fn with_reason(mut self, reason: DeadLetterReason) -> DeadLetterEvent {
+        self.reason = Some(reason.as_str().into());
+        self
+    }
+    pub fn with_error(mut self, error: impl Into<String>) -> DeadLetterEvent {
+        self.error = Some(error.into());
+        self
+    }
+    pub fn with_actor(mut self, actor: &str) -> DeadLetterEvent {
+        self.actor = Some(actor.into());
+        self
+    }
+}
+
+/// `section` of a settings event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettingsSection {
+    Monitoring,
+    Sink,
+    Budget,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SettingsEvent {
+    pub actor: String,
+    pub section: SettingsSection,
+    /// Secrets already masked by the caller.
+    pub change: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OperatorEvent {
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TestEvent {
+    pub actor: String,
+    pub message: String,
+}
