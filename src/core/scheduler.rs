@@ -270,9 +270,10 @@ impl Scheduler {
         }
         if timing_changed {
             self.retime_one(key, now, &mut NoJitter);
-        } else {
-            self.enqueue(key, now);
         }
+        // A task in backoff keeps its retry time through a re-timing, but
+        // one whose hold just lifted must still go back on the queue.
+        self.enqueue(key, now);
     }
 
     /// Create or update a pool's token bucket. A lower rate cancels the
@@ -815,6 +816,27 @@ mod tests {
             s.pop_due(t0.plus(Duration::from_secs(60))).is_some(),
             "due again once released"
         );
+    }
+
+    #[test]
+    fn a_task_in_backoff_returns_at_its_retry_time_when_its_hold_lifts() {
+        let mut s = Scheduler::new(fixed());
+        let mut rng = SmallRng::seed_from_u64(1);
+        let t0 = Timestamp(100 * SEC);
+        s.place(k("a"), meta(10), None, t0, true);
+        let d = s.pop_due(t0).expect("due");
+        s.complete(&d.key, &fail(), t0, &mut rng);
+        let retry = s.get(&k("a")).map(|t| t.rec.next_run).expect("task");
+        assert!(s.get(&k("a")).is_some_and(|t| t.rec.failures == 1 && t.rec.dead_letter.is_none()));
+        let held = TaskMeta {
+            hold: Some(task::Hold::Shed),
+            ..meta(10)
+        };
+        s.update_meta(&k("a"), held, t0);
+        assert_eq!(s.queue_len(), 0);
+        s.update_meta(&k("a"), meta(10), t0);
+        assert_eq!(s.queue_len(), 1, "back on the queue");
+        assert_eq!(s.next_wakeup(), Some(retry), "at the retry time it had");
     }
 
     #[test]
