@@ -26,120 +26,24 @@
 //! total is clearly above or below the target it decides, and when it is too close to call the fresh sum is
 //! recomputed. The plan is therefore bit-for-bit the one the naive rule (rescan every group and re-add every demand
 //! after each step) would produce; the tests check this against such a naive reference.
+//!
+//! Files: `types.rs` the solver's inputs and outputs, `demand.rs` the demand's running total; this file the rules.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::collections::binary_heap::PeekMut;
 
-use serde::Serialize;
+mod demand;
+mod types;
+
+use demand::DemandTracker;
+pub use types::{GroupInput, GroupPlan, Mode, PoolPlan, SolveSettings};
 
 /// Factor applied to a group's interval by one stretch step.
 pub const STRETCH_STEP: f64 = 1.5;
 
 /// Lowest importance (highest number) that is still protected: groups of priority 1 and 2 are never stretched or shed.
 pub const MIN_ADJUSTABLE_PRIORITY: u8 = 3;
-
-/// One poll group of a pool, as the solver sees it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GroupInput {
-    pub type_name: String,
-    /// Group name; the group's identity within a pool is `(type_name, name)`.
-    pub name: String,
-    /// 1..=4; 1 = most important.
-    pub priority: u8,
-    /// Shortest interval the group may run at, in seconds (> 0).
-    pub floor_s: f64,
-    /// Requests per execution summed over the pool's instances (already multiplied by shape counts), >= 0.
-    pub cost_per_cycle: f64,
-    /// `false` = overhead that always runs: it counts as demand but is never stretched or shed.
-    pub gated: bool,
-    /// `false` = not polled at all: contributes no demand; reported with interval = floor, stretch 1, demand 0.
-    pub enabled: bool,
-    /// Operator pin in seconds (> 0, may be below the floor): the interval is exactly this and never changes.
-    pub pin_s: Option<f64>,
-}
-
-impl GroupInput {
-    /// Whether the solver may stretch or shed this group: enabled, gated, unpinned and of priority 3 or 4.
-    pub fn is_adjustable(&self) -> bool {
-        self.enabled && self.gated && self.pin_s.is_none() && self.priority >= MIN_ADJUSTABLE_PRIORITY
-    }
-}
-
-/// How the solver may change intervals.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Stretch (and, if allowed, shed) low-priority groups until the demand fits the target.
-    Adaptive,
-    /// Floors and pins only: nothing is stretched or shed; `over_budget` is still reported.
-    Fixed,
-}
-
-/// Tuning of one solve.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SolveSettings {
-    pub mode: Mode,
-    /// Share of the effective budget the plan aims to use, 0.1..=1.0.
-    pub target_utilization: f64,
-    /// Longest interval as a multiple of the floor, 1..=16.
-    pub max_stretch_factor: f64,
-    /// Longest interval in seconds (never below a group's floor).
-    pub max_interval_s: f64,
-    /// Whether low-priority groups may be shed when stretching is not enough.
-    pub shed: bool,
-}
-
-/// The solver's decision for one group.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GroupPlan {
-    #[serde(rename = "type")]
-    pub type_name: String,
-    pub name: String,
-    pub priority: u8,
-    #[serde(rename = "floor_seconds")]
-    pub floor_s: f64,
-    #[serde(rename = "interval_seconds")]
-    pub interval_s: f64,
-    /// `interval_s / floor_s` (1 for a disabled group).
-    pub stretch_factor: f64,
-    pub cost_per_cycle: f64,
-    /// `cost_per_cycle / interval_s`; 0 when shed or not enabled.
-    pub demand_rps: f64,
-    /// The group is enabled and its interval is the operator's pin.
-    pub pinned: bool,
-    /// The applied pin is below the floor: honoured, with a warning.
-    pub pin_below_floor: bool,
-    pub shed: bool,
-    pub enabled: bool,
-    pub gated: bool,
-}
-
-/// The solver's plan for one pool.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PoolPlan {
-    /// As passed in (configured).
-    pub budget_rps: f64,
-    /// As passed in (AIMD may have lowered it).
-    pub effective_budget_rps: f64,
-    pub target_utilization: f64,
-    /// `effective_budget_rps × target_utilization`; 0 when the effective budget is not a positive finite number.
-    pub target_rps: f64,
-    /// Sum of the groups' `demand_rps` (after shedding).
-    pub total_demand_rps: f64,
-    /// `total_demand_rps / effective_budget_rps`; 0 when the effective budget is not a positive finite number.
-    pub utilization: f64,
-    /// Demand after stretching (before shedding) exceeds the target.
-    pub over_budget: bool,
-    /// The final demand (after any shedding) is within the target; always true when not `over_budget`.
-    pub fits_after_shedding: bool,
-    /// Number of ×1.5 steps taken.
-    pub stretches: u32,
-    /// Same order as the input.
-    pub groups: Vec<GroupPlan>,
-    /// e.g. "pin of pve/storage (10s) is below its floor (60s)".
-    pub warnings: Vec<String>,
-}
 
 /// Solves one pool; see the module documentation for the rules.
 pub fn solve(groups: &[GroupInput], budget_rps: f64, effective_budget_rps: f64, s: &SolveSettings) -> PoolPlan {
@@ -375,86 +279,6 @@ impl HeapKey {
 fn total_order_bits(x: f64) -> u64 {
     let bits = x.to_bits();
     if bits >> 63 == 1 { !bits } else { bits | (1 << 63) }
-}
-
-/// The fresh sum of per-group demands: left to right in input order, starting from `+0.0`.
-fn fresh_sum(terms: &[f64]) -> f64 {
-    terms.iter().fold(0.0, |total, &t| total + t)
-}
-
-/// The pool's demand: per-group terms plus a running total kept up to date in `O(1)` per change.
-///
-/// Every comparison with the target is decided exactly as [`fresh_sum`] of the terms would decide it. The running
-/// total differs from the fresh sum only by rounding, which is bounded: a fresh sum of `n` terms is within
-/// `(n − 1)·u·Σ|t|` of the exact sum and each update (`running − old + new`, two roundings) adds at most about
-/// `5·u·Σ|t|` (u = 2⁻⁵³ = ε/2). [`Self::error_bound`] over-estimates that difference; when the running total is
-/// further than twice the bound from the target its verdict is the fresh sum's, otherwise the fresh sum is computed
-/// (and becomes the new running total). That happens only when the demand is within ~1e-12 (relative) of the target.
-struct DemandTracker {
-    /// Per-group demand in input order; 0 for disabled and shed groups.
-    terms: Vec<f64>,
-    /// Running total: the fresh sum at the last rebase, updated since.
-    running: f64,
-    /// Upper bound on `Σ|terms|` and on `|running|` since the last rebase.
-    magnitude: f64,
-    /// Updates since the last rebase (0 means `running` *is* the fresh sum).
-    updates: usize,
-}
-
-impl DemandTracker {
-    fn new(terms: Vec<f64>) -> Self {
-        let mut tracker = DemandTracker {
-            terms,
-            running: 0.0,
-            magnitude: 0.0,
-            updates: 0,
-        };
-        tracker.rebase();
-        tracker
-    }
-
-    fn fresh_total(&self) -> f64 {
-        fresh_sum(&self.terms)
-    }
-
-    fn rebase(&mut self) {
-        self.running = self.fresh_total();
-        self.magnitude = self.terms.iter().fold(0.0, |total, t| total + t.abs());
-        self.updates = 0;
-    }
-
-    /// Sets group `i`'s demand to `value`.
-    fn set(&mut self, i: usize, value: f64) {
-        let old = self.terms[i];
-        if value.to_bits() == old.to_bits() {
-            return; // no change (e.g. a group that costs nothing): the running total stays exact
-        }
-        if value.abs() > old.abs() {
-            self.magnitude += value.abs(); // terms normally only shrink; stay safe if one grows
-        }
-        self.running = (self.running - old) + value;
-        self.terms[i] = value;
-        self.updates += 1;
-    }
-
-    /// Generous bound on `|running − fresh_sum(terms)|` (about twice the analytical one).
-    fn error_bound(&self) -> f64 {
-        let roundings = (2 * self.terms.len() + 5 * self.updates + 4) as f64;
-        roundings * (f64::EPSILON * self.magnitude + f64::MIN_POSITIVE)
-    }
-
-    /// Whether the demand exceeds `target`, decided exactly as `fresh_sum(terms) > target` would be.
-    fn exceeds(&mut self, target: f64) -> bool {
-        if self.updates > 0 {
-            let gap = self.running - target; // rounding keeps the sign of the exact difference
-            let bound = self.error_bound();
-            if bound.is_finite() && gap.abs() > 2.0 * bound {
-                return gap > 0.0;
-            }
-            self.rebase(); // too close to call (or not finite): use the fresh sum
-        }
-        self.running > target
-    }
 }
 
 #[cfg(test)]
