@@ -10,6 +10,8 @@
 use crate::core::task::{Hold, TaskMeta};
 use crate::model::{TaskKey, TaskRecord, Timestamp};
 
+/// A task on the schedule: what the plan says of it (`meta`), its durable
+/// record, and where it is now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
     pub key: TaskKey,
@@ -32,9 +34,10 @@ pub struct Task {
     pub placed_at: Timestamp,
     /// Placed by a cold start (due at once, like every other task): its
     /// first success moves the next run by the task's phase offset, so a
-    /// fleet that started together leaves lockstep after one round. It
-    /// outlives the state changes before that success (a hold, a deferral
-    /// that clears it, the poll itself), so it is a field of its own.
+    /// fleet that started together leaves lockstep after one round. It is
+    /// carried through the state changes before that success (a hold, the
+    /// poll itself), so it is a field of its own; a deferral clears it, as
+    /// the pool's bucket has spread the task already.
     pub spread_next: bool,
 }
 
