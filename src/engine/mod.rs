@@ -198,7 +198,7 @@ impl Shared {
         let wake = self.dispatcher_wake.load(Ordering::Relaxed);
         wake == 0
             || s.get(key)
-                .is_some_and(|t| !t.is_parked() && t.in_flight.is_none() && t.rec.next_run.0 < wake)
+                .is_some_and(|t| !t.is_parked() && !t.is_in_flight() && t.rec.next_run.0 < wake)
     }
 
     pub fn is_ready(&self) -> bool {

@@ -95,7 +95,7 @@ fn take(scheduler: &Mutex<Scheduler>, budgets: &Mutex<BudgetState>, now: Timesta
                 key: &t.key,
                 type_name: &t.meta.type_name,
                 rec: &t.rec,
-                in_flight: t.in_flight.is_some(),
+                in_flight: t.is_in_flight(),
                 placed_at: t.placed_at,
                 interval: s.interval_of(t),
             });

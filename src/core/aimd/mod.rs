@@ -1,0 +1,241 @@
+//! AIMD (additive-increase / multiplicative-decrease) controller of one budget pool's effective rate.
+//!
+//! Purpose: when an API answers HTTP 429, back the pool off quickly; when it stops complaining, probe back
+//! up slowly towards the operator's configured budget. The effective budget feeds the pool's token bucket
+//! and the scheduling plan; big moves ask for the plan to be re-solved.
+//!
+//! Rules (product spec):
+//! - On a 429 (when enabled) the effective budget is multiplied by `backoff_multiplier` (default 0.5) and
+//!   floored at `min(AIMD_FLOOR_RPS, configured)`: the floor can never RAISE the rate (a pool configured at
+//!   0.2 rps stays at 0.2, it is not lifted to 0.5). A 429 never increases the effective budget.
+//! - At most one decrease per [`AIMD_COOLDOWN`] (30 s): a 429 less than 30 s after the last decrease does
+//!   not decrease again (one at exactly 30 s does). The cooldown restarts on every 429 that is outside it,
+//!   even when the floor left the value unchanged, so a pool hammered at its floor does not start to
+//!   recover.
+//! - `Retry-After` (parsed and capped at 60 s by the caller) pauses the pool until `now + retry_after`,
+//!   never shortening an existing pause; this applies even when AIMD is disabled.
+//! - Otherwise the budget recovers additively by `recovery_rps_per_minute` (default 0.1), continuously in
+//!   proportion to elapsed time, up to the configured budget and never above it.
+//! - CHOICE: recovery only starts once the 30 s cooldown after the last decrease has passed; time inside
+//!   the cooldown earns nothing. Recovery accrued since the last [`Aimd::tick`] is forfeited when a 429
+//!   causes a decrease (the 429 shows the pool was already too fast), which also guarantees that a 429
+//!   never raises the rate.
+//! - Hysteresis: a re-solve of the plan is due only when the effective budget has moved by MORE than
+//!   [`RESOLVE_HYSTERESIS`] (20 %) relative to the budget the plan was last solved with.
+//! - Disabled (`enabled == false`): 429s never decrease, and the next `tick` restores the effective budget
+//!   to the configured one (the controller has no say); Retry-After still pauses.
+//! - Degenerate inputs never panic: a negative or non-finite configured budget is taken as 0; a backoff
+//!   multiplier that is NaN is taken as the default 0.5, otherwise clamped to [0, 1]; a NaN or negative
+//!   recovery is taken as 0.
+//! - The module is pure: no clock reads, no I/O, no randomness; time comes in as [`Timestamp`] arguments.
+
+use crate::model::Timestamp;
+use std::time::Duration;
+
+/// Minimum spacing between two decreases; recovery starts only after it.
+pub const AIMD_COOLDOWN: Duration = Duration::from_secs(30);
+/// The floor of the effective budget, unless the configured budget is lower (then that is the floor).
+pub const AIMD_FLOOR_RPS: f64 = 0.5;
+/// Relative move of the effective budget (vs. the one last solved with) above which a re-solve is due.
+pub const RESOLVE_HYSTERESIS: f64 = 0.2;
+/// Default multiplier applied on a 429.
+pub const DEFAULT_BACKOFF_MULTIPLIER: f64 = 0.5;
+/// Default additive recovery, in requests per second gained per minute.
+pub const DEFAULT_RECOVERY_RPS_PER_MINUTE: f64 = 0.1;
+
+/// Operator settings of the controller (shared by all pools).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AimdSettings {
+    pub enabled: bool,
+    pub backoff_multiplier: f64,
+    pub recovery_rps_per_minute: f64,
+}
+
+impl Default for AimdSettings {
+    fn default() -> Self {
+        AimdSettings {
+            enabled: true,
+            backoff_multiplier: DEFAULT_BACKOFF_MULTIPLIER,
+            recovery_rps_per_minute: DEFAULT_RECOVERY_RPS_PER_MINUTE,
+        }
+    }
+}
+
+impl AimdSettings {
+    fn multiplier(&self) -> f64 {
+        if self.backoff_multiplier.is_nan() {
+            DEFAULT_BACKOFF_MULTIPLIER
+        } else {
+            self.backoff_multiplier.clamp(0.0, 1.0)
+        }
+    }
+
+    fn recovery_per_ms(&self) -> f64 {
+        // `NaN > 0.0` is false: NaN and negatives recover nothing; +inf jumps straight to the cap.
+        if self.recovery_rps_per_minute > 0.0 {
+            self.recovery_rps_per_minute / 60_000.0
+        } else {
+            0.0
+        }
+    }
+}
+
+/// AIMD state of one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aimd {
+    /// Operator's budget (rps, ≥ 0).
+    configured: f64,
+    /// Budget in force (rps), always within `[floor(), configured]`.
+    effective: f64,
+    /// Last 429 that was outside the cooldown (and so applied a backoff).
+    last_decrease: Option<Timestamp>,
+    /// Recovery has been accounted up to here.
+    last_tick: Timestamp,
+    /// Effective budget the plan was last solved with.
+    solved_with: f64,
+    /// Dispatch of this pool is paused until then (never shortened).
+    paused_until: Option<Timestamp>,
+}
+
+/// What a 429 did to the pool.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateSignal {
+    /// The effective budget went down.
+    pub decreased: bool,
+    /// The pool's dispatch is paused until then (`None` when no pause is in force at `now`).
+    pub paused_until: Option<Timestamp>,
+    /// The effective budget moved by more than the hysteresis since the last solve: re-solve the plan.
+    pub resolve: bool,
+}
+
+fn sanitize_configured(rps: f64) -> f64 {
+    if rps.is_finite() && rps > 0.0 { rps } else { 0.0 }
+}
+
+impl Aimd {
+    /// A controller at full budget: effective = solved_with = configured.
+    pub fn new(configured_rps: f64, now: Timestamp) -> Self {
+        let configured = sanitize_configured(configured_rps);
+        Aimd {
+            configured,
+            effective: configured,
+            last_decrease: None,
+            last_tick: now,
+            solved_with: configured,
+            paused_until: None,
+        }
+    }
+
+    /// The operator's configured budget (rps).
+    pub fn configured(&self) -> f64 {
+        self.configured
+    }
+
+    /// The budget in force (rps).
+    pub fn effective(&self) -> f64 {
+        self.effective
+    }
+
+    /// The lowest the effective budget can go: `min(AIMD_FLOOR_RPS, configured)`.
+    pub fn floor(&self) -> f64 {
+        AIMD_FLOOR_RPS.min(self.configured)
+    }
+
+    /// Feed an HTTP 429. Decreases the effective budget (unless disabled or within the cooldown) and applies
+    /// `retry_after` as a pause from `now` (also when disabled; never shortening an existing pause).
+    pub fn on_rate_limited(&mut self, now: Timestamp, retry_after: Option<Duration>, s: &AimdSettings) -> RateSignal {
+        if let Some(ra) = retry_after {
+            let until = now.plus(ra);
+            self.paused_until = Some(self.paused_until.map_or(until, |p| p.max(until)));
+        }
+        let mut decreased = false;
+        if s.enabled && !self.in_cooldown(now) {
+            let before = self.effective;
+            let backed_off = (before * s.multiplier()).max(self.floor());
+            // `min(before)`: the floor can never raise the rate (e.g. configured 0.2 < AIMD_FLOOR_RPS).
+            self.effective = backed_off.min(before).clamp(self.floor(), self.configured);
+            decreased = self.effective < before;
+            self.last_decrease = Some(now);
+            // Recovery since the last tick is forfeited (see module docs).
+            self.last_tick = self.last_tick.max(now);
+        }
+        RateSignal {
+            decreased,
+            paused_until: self.paused_until(now),
+            resolve: self.resolve_due(),
+        }
+    }
+
+    fn in_cooldown(&self, now: Timestamp) -> bool {
+        self.last_decrease.is_some_and(|d| now.since(d) < AIMD_COOLDOWN)
+    }
+
+    /// Apply recovery from the last tick up to `now`. Returns true if a re-solve is due (the effective
+    /// budget moved by more than [`RESOLVE_HYSTERESIS`] relative to [`Self::solved_with`]).
+    pub fn tick(&mut self, now: Timestamp, s: &AimdSettings) -> bool {
+        if !s.enabled {
+            self.effective = self.configured;
+        } else {
+            // Recovery only counts time after the cooldown following the last decrease.
+            let start = match self.last_decrease {
+                Some(d) => self.last_tick.max(d.plus(AIMD_COOLDOWN)),
+                None => self.last_tick,
+            };
+            if now > start {
+                let gained = s.recovery_per_ms() * now.since(start).as_millis() as f64;
+                if gained > 0.0 {
+                    self.effective = (self.effective + gained).min(self.configured);
+                }
+            }
+        }
+        self.last_tick = self.last_tick.max(now);
+        self.resolve_due()
+    }
+
+    fn resolve_due(&self) -> bool {
+        if self.solved_with > 0.0 {
+            (self.effective - self.solved_with).abs() > RESOLVE_HYSTERESIS * self.solved_with
+        } else {
+            self.effective != self.solved_with
+        }
+    }
+
+    /// The plan was re-solved with the current effective budget.
+    pub fn mark_solved(&mut self) {
+        self.solved_with = self.effective;
+    }
+
+    /// The effective budget the plan was last solved with.
+    pub fn solved_with(&self) -> f64 {
+        self.solved_with
+    }
+
+    /// The operator changed the budget to `rps`:
+    /// - lowered: effective = min(effective, rps) (a backed-off pool stays backed off);
+    /// - raised: effective = rps if AIMD had not decreased it (effective == old configured), otherwise it
+    ///   stays where it is and recovers towards the new budget at the usual pace.
+    ///
+    /// Recovery is not applied here (it needs the settings): call [`Self::tick`] first to credit it up to
+    /// `now`. The cooldown, the pause and `solved_with` are unchanged (a big move shows up as a re-solve on
+    /// the next `tick`). `now` is accepted for API symmetry; these rules do not need it.
+    pub fn set_configured(&mut self, rps: f64, _now: Timestamp) {
+        let rps = sanitize_configured(rps);
+        let not_decreased = self.effective >= self.configured;
+        self.configured = rps;
+        self.effective = if not_decreased { rps } else { self.effective.min(rps) };
+        self.effective = self.effective.clamp(self.floor(), self.configured);
+    }
+
+    /// `Some(until)` while the pool is paused by a Retry-After (`now < until`), else `None`.
+    pub fn paused_until(&self, now: Timestamp) -> Option<Timestamp> {
+        self.paused_until.filter(|&p| now < p)
+    }
+
+    /// The last 429 that applied a backoff (outside the cooldown), if any.
+    pub fn last_decrease(&self) -> Option<Timestamp> {
+        self.last_decrease
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,416 @@
+use super::*;
+use proptest::prelude::*;
+
+const T0: u64 = 1_700_000_000_000;
+const S: AimdSettings = AimdSettings {
+    enabled: true,
+    backoff_multiplier: DEFAULT_BACKOFF_MULTIPLIER,
+    recovery_rps_per_minute: DEFAULT_RECOVERY_RPS_PER_MINUTE,
+};
+
+fn ts(ms: u64) -> Timestamp {
+    Timestamp(T0 + ms)
+}
+
+fn secs(s: u64) -> Timestamp {
+    ts(s * 1000)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn new_starts_at_configured() {
+    let a = Aimd::new(10.0, ts(0));
+    assert_eq!((a.configured(), a.effective(), a.solved_with()), (10.0, 10.0, 10.0));
+    assert_eq!(a.last_decrease(), None);
+    assert_eq!(a.paused_until(ts(0)), None);
+    assert_eq!(AimdSettings::default(), S);
+}
+
+#[test]
+fn a_429_halves_the_budget() {
+    let mut a = Aimd::new(10.0, ts(0));
+    let sig = a.on_rate_limited(secs(1), None, &S);
+    assert_eq!(
+        sig,
+        RateSignal {
+            decreased: true,
+            paused_until: None,
+            resolve: true
+        }
+    );
+    assert_eq!(a.effective(), 5.0);
+    assert_eq!(a.last_decrease(), Some(secs(1)));
+}
+
+#[test]
+fn floor_is_half_rps_or_configured_if_lower() {
+    let mut a = Aimd::new(10.0, ts(0));
+    let mut seen = Vec::new();
+    for i in 0..7 {
+        a.on_rate_limited(secs(30 * i), None, &S);
+        seen.push(a.effective());
+    }
+    assert_eq!(seen, vec![5.0, 2.5, 1.25, 0.625, 0.5, 0.5, 0.5]);
+
+    // 0.8 backs off to the floor 0.5, not to 0.4.
+    let mut a = Aimd::new(0.8, ts(0));
+    a.on_rate_limited(ts(0), None, &S);
+    assert_eq!(a.effective(), 0.5);
+
+    // Configured 0.2 < AIMD_FLOOR_RPS: the floor is 0.2, a 429 must not RAISE it to 0.5.
+    let mut a = Aimd::new(0.2, ts(0));
+    assert_eq!(a.floor(), 0.2);
+    let sig = a.on_rate_limited(ts(0), None, &S);
+    assert!(!sig.decreased && !sig.resolve);
+    assert_eq!(a.effective(), 0.2);
+}
+
+#[test]
+fn at_most_one_decrease_per_cooldown() {
+    let mut a = Aimd::new(10.0, ts(0));
+    assert!(a.on_rate_limited(ts(0), None, &S).decreased);
+    for t in [1, 10_000, 29_999] {
+        let sig = a.on_rate_limited(ts(t), None, &S);
+        assert!(!sig.decreased);
+        assert_eq!(a.effective(), 5.0);
+    }
+    // The cooldown runs from the decrease, not from the later 429s.
+    assert_eq!(a.last_decrease(), Some(ts(0)));
+    assert!(a.on_rate_limited(ts(30_000), None, &S).decreased);
+    assert_eq!(a.effective(), 2.5);
+}
+
+#[test]
+fn recovery_is_point_one_per_minute_after_cooldown_capped_at_configured() {
+    let mut a = Aimd::new(10.0, ts(0));
+    a.on_rate_limited(ts(0), None, &S);
+    // Nothing during the cooldown.
+    a.tick(secs(10), &S);
+    a.tick(secs(30), &S);
+    assert_eq!(a.effective(), 5.0);
+    // Continuous: half a minute after the cooldown is +0.05.
+    a.tick(secs(60), &S);
+    assert!(close(a.effective(), 5.05), "{}", a.effective());
+    a.tick(secs(90), &S);
+    assert!(close(a.effective(), 5.1), "{}", a.effective());
+    // Ten minutes after the cooldown: +1.0, however the ticks fall.
+    for s in (91..=630).step_by(7) {
+        a.tick(secs(s), &S);
+    }
+    a.tick(secs(630), &S);
+    assert!(close(a.effective(), 6.0), "{}", a.effective());
+    // 50 min after the cooldown would be +5.0: capped at exactly configured, never above.
+    a.tick(secs(30 + 60 * 50 + 3600), &S);
+    assert_eq!(a.effective(), 10.0);
+    a.tick(secs(100_000), &S);
+    assert_eq!(a.effective(), 10.0);
+}
+
+#[test]
+fn recovery_skips_cooldown_even_without_ticks_in_it() {
+    let mut a = Aimd::new(10.0, ts(0));
+    a.on_rate_limited(ts(0), None, &S);
+    // One tick long after: only the 5 minutes after the cooldown count.
+    a.tick(secs(30 + 300), &S);
+    assert!(close(a.effective(), 5.5), "{}", a.effective());
+}
+
+#[test]
+fn a_429_forfeits_recovery_since_last_tick_and_never_raises() {
+    let s = AimdSettings {
+        backoff_multiplier: 1.0,
+        ..S
+    };
+    let mut a = Aimd::new(10.0, ts(0));
+    a.on_rate_limited(ts(0), None, &S);
+    a.tick(secs(30), &S);
+    // Ten minutes of un-ticked recovery, then a 429 with multiplier 1: unchanged, not raised.
+    let sig = a.on_rate_limited(secs(630), None, &s);
+    assert!(!sig.decreased);
+    assert_eq!(a.effective(), 5.0);
+    assert_eq!(a.last_decrease(), Some(secs(630)));
+}
+
+#[test]
+fn retry_after_pauses_and_never_shortens() {
+    let mut a = Aimd::new(10.0, ts(0));
+    let sig = a.on_rate_limited(ts(0), Some(Duration::from_secs(10)), &S);
+    assert_eq!(sig.paused_until, Some(secs(10)));
+    assert_eq!(a.paused_until(secs(9)), Some(secs(10)));
+    assert_eq!(a.paused_until(secs(10)), None);
+    // Inside the cooldown: no decrease, but still a pause; a shorter one does not shorten it.
+    let sig = a.on_rate_limited(secs(1), Some(Duration::from_secs(2)), &S);
+    assert!(!sig.decreased);
+    assert_eq!(sig.paused_until, Some(secs(10)));
+    let sig = a.on_rate_limited(secs(5), None, &S);
+    assert_eq!(sig.paused_until, Some(secs(10)));
+    // A longer one extends it.
+    let sig = a.on_rate_limited(secs(5), Some(Duration::from_secs(20)), &S);
+    assert_eq!(sig.paused_until, Some(secs(25)));
+    // Once over, the signal reports no pause.
+    let sig = a.on_rate_limited(secs(40), None, &S);
+    assert_eq!(sig.paused_until, None);
+}
+
+#[test]
+fn disabled_never_decreases_but_still_pauses() {
+    let off = AimdSettings { enabled: false, ..S };
+    let mut a = Aimd::new(10.0, ts(0));
+    let sig = a.on_rate_limited(ts(0), Some(Duration::from_secs(3)), &off);
+    assert_eq!(
+        sig,
+        RateSignal {
+            decreased: false,
+            paused_until: Some(secs(3)),
+            resolve: false
+        }
+    );
+    assert_eq!(a.effective(), 10.0);
+    assert_eq!(a.last_decrease(), None);
+    // Disabling after a decrease restores the configured budget at the next tick.
+    a.on_rate_limited(secs(1), None, &S);
+    assert_eq!(a.effective(), 5.0);
+    a.mark_solved();
+    assert!(a.tick(secs(2), &off));
+    assert_eq!(a.effective(), 10.0);
+}
+
+#[test]
+fn hysteresis_fifteen_percent_no_resolve_twenty_five_percent_resolve() {
+    // Downward moves: multiplier 0.85 (−15 %) and 0.75 (−25 %).
+    let mut a = Aimd::new(10.0, ts(0));
+    let sig = a.on_rate_limited(
+        ts(0),
+        None,
+        &AimdSettings {
+            backoff_multiplier: 0.85,
+            ..S
+        },
+    );
+    assert!(sig.decreased && !sig.resolve);
+    assert!(!a.tick(ts(1), &S));
+    let mut a = Aimd::new(10.0, ts(0));
+    let sig = a.on_rate_limited(
+        ts(0),
+        None,
+        &AimdSettings {
+            backoff_multiplier: 0.75,
+            ..S
+        },
+    );
+    assert!(sig.decreased && sig.resolve);
+    a.mark_solved();
+    assert_eq!(a.solved_with(), 7.5);
+    assert!(!a.tick(ts(1), &S));
+
+    // Upward moves by recovery: solved at 5, +15 % = 5.75 after 7.5 min, +25 % = 6.25 after 12.5 min.
+    let mut a = Aimd::new(10.0, ts(0));
+    a.on_rate_limited(ts(0), None, &S);
+    a.mark_solved();
+    assert_eq!(a.solved_with(), 5.0);
+    assert!(!a.tick(ts(30_000 + 450_000), &S));
+    assert!(close(a.effective(), 5.75));
+    assert!(a.tick(ts(30_000 + 750_000), &S));
+    assert!(close(a.effective(), 6.25));
+    a.mark_solved();
+    assert!(!a.tick(ts(30_000 + 750_001), &S));
+}
+
+#[test]
+fn set_configured_rules() {
+    // Not decreased: follows the operator both ways.
+    let mut a = Aimd::new(10.0, ts(0));
+    a.set_configured(20.0, ts(0));
+    assert_eq!((a.configured(), a.effective()), (20.0, 20.0));
+    a.set_configured(4.0, ts(0));
+    assert_eq!((a.configured(), a.effective()), (4.0, 4.0));
+    // Decreased: a raise keeps the backed-off value (recovery climbs to the new budget) ...
+    let mut a = Aimd::new(10.0, ts(0));
+    a.on_rate_limited(ts(0), None, &S);
+    a.set_configured(20.0, ts(0));
+    assert_eq!((a.configured(), a.effective()), (20.0, 5.0));
+    a.tick(secs(30 + 60 * 1000), &S);
+    assert_eq!(a.effective(), 20.0);
+    // ... and a cut takes the minimum.
+    let mut a = Aimd::new(10.0, ts(0));
+    a.on_rate_limited(ts(0), None, &S);
+    a.set_configured(8.0, ts(0));
+    assert_eq!(a.effective(), 5.0);
+    a.set_configured(3.0, ts(0));
+    assert_eq!((a.configured(), a.effective()), (3.0, 3.0));
+    // Degenerate budgets are taken as 0.
+    a.set_configured(f64::NAN, ts(0));
+    assert_eq!((a.configured(), a.effective()), (0.0, 0.0));
+    let a = Aimd::new(-1.0, ts(0));
+    assert_eq!((a.configured(), a.effective()), (0.0, 0.0));
+}
+
+#[test]
+fn degenerate_settings_never_panic() {
+    for (m, r) in [
+        (f64::NAN, f64::NAN),
+        (-3.0, -1.0),
+        (7.0, f64::INFINITY),
+        (f64::INFINITY, 0.0),
+    ] {
+        let s = AimdSettings {
+            enabled: true,
+            backoff_multiplier: m,
+            recovery_rps_per_minute: r,
+        };
+        let mut a = Aimd::new(10.0, ts(0));
+        a.on_rate_limited(ts(0), Some(Duration::MAX), &s);
+        assert!(a.effective() >= a.floor() && a.effective() <= a.configured());
+        a.tick(Timestamp(u64::MAX), &s);
+        assert!(a.effective() >= a.floor() && a.effective() <= a.configured());
+    }
+}
+
+/// The fake API of the storm test: `limit` requests per aligned 1 s window, 429 beyond.
+struct FakeApi {
+    limit: u32,
+    window: u64,
+    count: u32,
+}
+
+impl FakeApi {
+    /// `true` = 200, `false` = 429.
+    fn request(&mut self, now_ms: u64) -> bool {
+        let w = now_ms / 1000;
+        if w != self.window {
+            self.window = w;
+            self.count = 0;
+        }
+        self.count += 1;
+        self.count <= self.limit
+    }
+}
+
+/// Simulates `minutes` minutes of a pool configured at 10 rps against an API that allows 4 rps.
+/// Returns (429s per minute, effective budget at the end of each minute, re-solves per minute).
+fn storm(minutes: usize) -> (Vec<u32>, Vec<f64>, Vec<u32>) {
+    const STEP_MS: u64 = 100;
+    let mut a = Aimd::new(10.0, Timestamp(0));
+    let mut api = FakeApi {
+        limit: 4,
+        window: 0,
+        count: 0,
+    };
+    let mut credit = 0.0;
+    let mut per_minute = vec![0u32; minutes];
+    let mut resolves = vec![0u32; minutes];
+    let mut effective = Vec::new();
+    let mut now = 0u64;
+    while now < minutes as u64 * 60_000 {
+        let minute = (now / 60_000) as usize;
+        if a.tick(Timestamp(now), &S) {
+            a.mark_solved();
+            resolves[minute] += 1;
+        }
+        // A paused pool sends nothing and accrues no credit (no burst after the pause).
+        if a.paused_until(Timestamp(now)).is_none() {
+            credit += a.effective() * (STEP_MS as f64 / 1000.0);
+            while credit >= 1.0 {
+                credit -= 1.0;
+                if !api.request(now) {
+                    per_minute[minute] += 1;
+                    let sig = a.on_rate_limited(Timestamp(now), Some(Duration::from_secs(1)), &S);
+                    if sig.resolve {
+                        a.mark_solved();
+                        resolves[minute] += 1;
+                    }
+                    credit = 0.0;
+                    break;
+                }
+            }
+        }
+        now += STEP_MS;
+        if now.is_multiple_of(60_000) {
+            effective.push(a.effective());
+        }
+    }
+    (per_minute, effective, resolves)
+}
+
+#[test]
+fn storm_settles_below_the_real_limit() {
+    let (per_minute, effective, resolves) = storm(20);
+    println!("429s per minute (1..=20): {per_minute:?}");
+    println!("effective at end of minute: {effective:.3?}");
+    println!("re-solves per minute: {resolves:?}");
+    // 10 → 5 at the first 429, 5 → 2.5 after the 30 s cooldown: the first minute has the 429s.
+    assert!(per_minute[0] > 0);
+    // Recovery from 2.5 at 0.1 rps/min needs 15 min to reach 4 rps again: minutes 2..=10 are quiet.
+    assert_eq!(per_minute[4], 0, "minute 5 must have no 429s");
+    assert!(per_minute[1..10].iter().all(|&n| n == 0), "{per_minute:?}");
+    assert!(effective[0] < 4.0);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Tick,
+    RateLimited(Option<u64>),
+    SetConfigured(f64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => Just(Op::Tick),
+        4 => prop_oneof![Just(None), (0u64..=60_000).prop_map(Some)].prop_map(Op::RateLimited),
+        1 => prop_oneof![0.0f64..1.0, 0.0f64..50.0].prop_map(Op::SetConfigured),
+    ]
+}
+
+proptest! {
+    /// Effective always within [min(0.5, configured), configured]; never increases on a 429; 429-driven
+    /// decreases are at least 30 s apart (at most one per any 30 s window); pauses never shorten.
+    #[test]
+    fn invariants_hold_for_any_sequence(
+        configured in prop_oneof![0.01f64..1.0, 0.5f64..100.0],
+        multiplier in prop_oneof![Just(0.5), 0.0f64..=1.0],
+        recovery in prop_oneof![Just(0.1), 0.0f64..10.0],
+        steps in proptest::collection::vec((0u64..40_000, op(), any::<bool>()), 1..200),
+    ) {
+        let mut now = T0;
+        let mut a = Aimd::new(configured, Timestamp(now));
+        let mut last_decrease: Option<u64> = None;
+        let mut pause: Option<u64> = None;
+        for (dt, op, enabled) in steps {
+            now += dt;
+            let s = AimdSettings { enabled, backoff_multiplier: multiplier, recovery_rps_per_minute: recovery };
+            let before = a.effective();
+            match op {
+                Op::Tick => {
+                    a.tick(Timestamp(now), &s);
+                }
+                Op::RateLimited(ra) => {
+                    let sig = a.on_rate_limited(Timestamp(now), ra.map(Duration::from_millis), &s);
+                    prop_assert!(a.effective() <= before, "429 raised {before} to {}", a.effective());
+                    prop_assert_eq!(sig.decreased, a.effective() < before);
+                    if sig.decreased {
+                        prop_assert!(enabled);
+                        if let Some(prev) = last_decrease {
+                            prop_assert!(now - prev >= 30_000, "decreases at {prev} and {now}");
+                        }
+                        last_decrease = Some(now);
+                    }
+                    if let Some(ra) = ra {
+                        pause = Some(pause.map_or(now + ra, |p| p.max(now + ra)));
+                    }
+                    let expected = pause.filter(|&p| now < p).map(Timestamp);
+                    prop_assert_eq!(sig.paused_until, expected);
+                }
+                Op::SetConfigured(rps) => a.set_configured(rps, Timestamp(now)),
+            }
+            let floor = AIMD_FLOOR_RPS.min(a.configured());
+            prop_assert!(
+                a.effective() >= floor && a.effective() <= a.configured(),
+                "effective {} outside [{floor}, {}]", a.effective(), a.configured(),
+            );
+            prop_assert_eq!(a.paused_until(Timestamp(now)), pause.filter(|&p| now < p).map(Timestamp));
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Operator actions on one task (retry, discard, enable a dead-lettered or
+//! discarded task): prepared on a copy, the task frozen while the engine
+//! commits the record, then applied or released.
+
+use super::Scheduler;
+use crate::core::task;
+use crate::model::{BreakerState, TaskKey, TaskRecord, Timestamp};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    #[error("no task {0}")]
+    NotFound(String),
+    #[error("task {0} is not in the dead-letter queue")]
+    NotDeadLettered(String),
+    #[error("task {0} is being polled right now; try again in a moment")]
+    InFlight(String),
+}
+
+/// An operator action on one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorOp {
+    /// Probe a dead-lettered task now; it leaves the queue if the probe
+    /// succeeds.
+    Retry,
+    /// Drop a task from the dead-letter queue and disable it until it is
+    /// enabled again.
+    Discard,
+    /// Put a discarded task back on its schedule, due now, with a clean
+    /// failure streak.
+    Enable,
+}
+
+impl Scheduler {
+    /// What operator action `op` makes of a task's record, computed on a
+    /// copy: nothing changes until [`Scheduler::apply_op`], so the engine can
+    /// commit the record before anything shows it.
+    pub fn prepare_op(&self, key: &TaskKey, op: OperatorOp, now: Timestamp) -> Result<TaskRecord, OpError> {
+        let t = self.tasks.get(key).ok_or_else(|| OpError::NotFound(key.to_string()))?;
+        let mut rec = t.rec.clone();
+        match op {
+            OperatorOp::Retry | OperatorOp::Discard => {
+                if rec.dead_letter.is_none() {
+                    return Err(OpError::NotDeadLettered(key.to_string()));
+                }
+                if t.is_in_flight() {
+                    return Err(OpError::InFlight(key.to_string()));
+                }
+                if op == OperatorOp::Retry {
+                    task::retry_now(&mut rec, now);
+                } else {
+                    task::discard(&mut rec);
+                }
+            }
+            OperatorOp::Enable => {
+                rec.disabled = false;
+                if !t.is_in_flight() && rec.dead_letter.is_none() {
+                    rec.failures = 0;
+                    rec.breaker = BreakerState::Closed;
+                    rec.retry_at = None;
+                    rec.next_run = now;
+                }
+            }
+        }
+        Ok(rec)
+    }
+
+    /// Freeze a task while a prepared operator action is
+    /// committed: it is not dispatched or re-timed, and keeps showing its
+    /// old record, until [`Scheduler::apply_op`] or [`Scheduler::release`].
+    pub fn freeze(&mut self, key: &TaskKey) {
+        if let Some(t) = self.tasks.get_mut(key) {
+            t.frozen = true;
+            self.queue.remove(key);
+        }
+    }
+
+    /// A committed operator action: the task takes the planned record and
+    /// goes back on its schedule (unless the action parked it). A task in
+    /// flight keeps the record its poll will complete (an enable planned
+    /// while it ran changes nothing).
+    pub fn apply_op(&mut self, key: &TaskKey, rec: TaskRecord, now: Timestamp) {
+        let Some(t) = self.tasks.get_mut(key) else {
+            return;
+        };
+        t.frozen = false;
+        if !t.is_in_flight() {
+            t.rec = rec;
+            t.settle();
+        }
+        if t.is_parked() {
+            self.queue.remove(key);
+        } else {
+            self.enqueue(key, now);
+        }
+    }
+
+    /// The commit of a prepared operator action failed: the task goes back on
+    /// its schedule as it was.
+    pub fn release(&mut self, key: &TaskKey, now: Timestamp) {
+        if let Some(t) = self.tasks.get_mut(key) {
+            t.frozen = false;
+            self.enqueue(key, now);
+        }
+    }
+
+    /// [`Scheduler::prepare_op`] and [`Scheduler::apply_op`] at once, the
+    /// record left for the next group commit (for callers with no store).
+    pub fn operate(&mut self, key: &TaskKey, op: OperatorOp, now: Timestamp) -> Result<TaskRecord, OpError> {
+        let rec = self.prepare_op(key, op, now)?;
+        self.apply_op(key, rec.clone(), now);
+        self.dirty.insert(key.clone());
+        Ok(rec)
+    }
+}
