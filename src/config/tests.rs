@@ -413,6 +413,38 @@ fn type_errors() {
 }
 
 #[test]
+fn value_rule_errors_name_the_rule_key_type_and_group() {
+    let group = "[[types]]\nname = \"pve\"\n[[types.groups]]\nname = \"resources\"\npath = \"/r\"\n";
+    let bad_label = format!(
+        "{group}[[types.groups.values]]\nmetric = \"pve_up\"\nvalue = \"/status\"\nlabels = {{ instance = \"/id\" }}\n"
+    );
+    let e = expect_file_error(
+        &bad_label,
+        "types[0].groups[0].values[0].labels.instance",
+        "\"instance\"",
+    );
+    assert!(e.message.contains("type pve, group resources, rule 0: pve_up"), "{e}");
+
+    let bad_pointer = format!("{group}[[types.groups.values]]\nmetric = \"pve_up\"\nvalue = \"status\"\n");
+    let e = expect_file_error(&bad_pointer, "types[0].groups[0].values[0].value", "\"status\"");
+    assert!(e.message.contains("JSON pointer"), "{e}");
+
+    let unknown_key = format!("{group}[[types.groups.values]]\nmetric = \"pve_up\"\nvalue = \"/s\"\nlable = {{}}\n");
+    let (_, r) = load_text(&unknown_key, &no_env());
+    assert!(r.expect_err("unknown key").to_string().contains("lable"));
+
+    let clash = format!(
+        "{group}[[types.groups.values]]\nmetric = \"pve_up\"\nvalue = \"/a\"\nlabels = {{ id = \"/id\" }}\n\
+         [[types.groups.values]]\nmetric = \"pve_up\"\nvalue = \"/b\"\nlabels = {{ name = \"/n\" }}\n"
+    );
+    let e = expect_file_error(&clash, "types[0].groups[0].values[1].metric", "\"pve_up\"");
+    assert!(e.message.contains("types[0].groups[0].values[0]"), "{e}");
+
+    let limit = format!("{group}max_series = 0\n");
+    expect_file_error(&limit, "types[0].groups[0].max_series", "0");
+}
+
+#[test]
 fn instance_errors() {
     let one = "[[instances]]\nname = \"a\"\nurl = \"http://a\"\n";
 

@@ -88,6 +88,7 @@ pub(super) fn validate_types(file: &str, types: &[TypeDef]) -> Result<(), Config
             ));
         }
     }
+    crate::model::check_value_families(types).map_err(|e| ConfigError::from_field(file, "", e))?;
     Ok(())
 }
 

@@ -226,7 +226,7 @@ fn check_label_name(key: &str, name: &str) -> Result<(), RuleError> {
 }
 
 fn pointer(key: &str, text: &str) -> Result<Pointer, RuleError> {
-    Pointer::parse(text).map_err(|e: PointerError| RuleError::new(key, format!("{text:?}"), e.to_string()))
+    Pointer::parse(text).map_err(|e: PointerError| RuleError::new(key, text, e.to_string()))
 }
 
 impl ValueRule {
@@ -254,7 +254,7 @@ impl ValueRule {
             ));
         }
         if self.help.contains('\n') {
-            return Err(RuleError::new("help", format!("{:?}", self.help), "must be one line"));
+            return Err(RuleError::new("help", &self.help, "must be one line"));
         }
         let each = self.each.as_deref().map(|p| pointer("each", p)).transpose()?;
 
@@ -391,8 +391,8 @@ impl ValueRule {
         for (name, text) in &self.labels {
             let key = format!("labels.{name}");
             check_label_name(&key, name)?;
-            let template = Template::parse(text)
-                .map_err(|e: TemplateError| RuleError::new(&key, format!("{text:?}"), e.to_string()))?;
+            let template =
+                Template::parse(text).map_err(|e: TemplateError| RuleError::new(&key, text, e.to_string()))?;
             if template.uses_key() && each.is_none() {
                 return Err(RuleError::new(
                     &key,
