@@ -123,7 +123,10 @@ fn instance_with(auth: Auth) -> InstanceConfig {
     }
 }
 
-const INSTANCE_AUTHS: [(&[u8], fn() -> Auth); 4] = [
+/// An instance's JSON with one way to authenticate, and that way.
+type AuthFixture = (&'static [u8], fn() -> Auth);
+
+const INSTANCE_AUTHS: [AuthFixture; 4] = [
     (
         br#"{"name":"web-1","type":"http","url":"http://web-1/","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"none"},"tls_verify":true,"max_response_bytes":4194304}"#,
         || Auth::None {},
@@ -268,27 +271,15 @@ where
 #[test]
 fn every_value_decodes_from_and_encodes_to_todays_bytes() {
     use super::super::records::{decode_instance, decode_task, encode_instance, encode_task};
-    check(
-        "task",
-        &TASK,
-        &task(),
-        |r| encode_task(r),
-        |b| decode_task(b"pve-1\0nodes", b).map(|(_, r)| r),
-    );
-    check(
-        "fresh task",
-        &TASK_FRESH,
-        &task_fresh(),
-        |r| encode_task(r),
-        |b| decode_task(b"web-1\0probe", b).map(|(_, r)| r),
-    );
-    check(
-        "instance",
-        &INSTANCE,
-        &instance(),
-        |i| encode_instance(i),
-        |b| decode_instance(b"pve-1", b),
-    );
+    check("task", &TASK, &task(), encode_task, |b| {
+        decode_task(b"pve-1\0nodes", b).map(|(_, r)| r)
+    });
+    check("fresh task", &TASK_FRESH, &task_fresh(), encode_task, |b| {
+        decode_task(b"web-1\0probe", b).map(|(_, r)| r)
+    });
+    check("instance", &INSTANCE, &instance(), encode_instance, |b| {
+        decode_instance(b"pve-1", b)
+    });
     for (json, auth) in INSTANCE_AUTHS {
         let fixture = Fixture {
             version: FORMAT_JSON_V1,
@@ -298,7 +289,7 @@ fn every_value_decodes_from_and_encodes_to_todays_bytes() {
             "instance auth",
             &fixture,
             &instance_with(auth()),
-            |i| encode_instance(i),
+            encode_instance,
             |b| decode_instance(b"web-1", b),
         );
     }
