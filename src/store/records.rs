@@ -175,9 +175,9 @@ pub fn encode_task(record: &TaskRecord) -> Result<Vec<u8>, StoreError> {
 
 /// A `tasks` row: its key and its record.
 pub fn decode_task(key: &[u8], value: &[u8]) -> Result<(TaskKey, TaskRecord), StoreError> {
-    let key_parsed = tables::parse_task_key(key)?;
+    let task = tables::parse_task_key(key)?;
     let stored: StoredTask = codec::decode_stored(TASKS.name, key, value)?;
-    Ok((key_parsed, stored.into()))
+    Ok((task, stored.into()))
 }
 
 /// An instance as the `instances` table holds it.
