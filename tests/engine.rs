@@ -3,18 +3,21 @@
 //! tokio's virtual clock and a fixed seed. Minutes of schedule run in
 //! milliseconds, and every figure is exact: backoff between failures, the
 //! dead-letter threshold and recheck, the breaker's half-open probe, a 429's
-//! pause and AIMD, an operator's retry, and a cold start's spread.
+//! pause and AIMD, an operator's retry, and a cold start's spread; and,
+//! with a task store whose commits fail, that nothing uncommitted shows.
 
 use pollster::app::Application;
 use pollster::config;
 use pollster::core::scheduler::OperatorOp;
-use pollster::engine::Shared;
-use pollster::engine::ports::{Fetch, Ports};
+use pollster::engine::ports::{Fetch, Ports, TaskStore};
+use pollster::engine::{EngineError, Shared};
 use pollster::model::{
     BaseUrl, BreakerState, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult,
-    PollSuccess, TaskKey, Timestamp, TypeDef,
+    PollSuccess, TaskKey, TaskRecord, Timestamp, TypeDef,
 };
+use pollster::store::{LoadedTasks, OutboxEvent, StoreError};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -98,6 +101,57 @@ impl Fetch for Scripted {
     }
 }
 
+/// Task state in memory, whose commits fail while `failing` is set (a full
+/// disk, a failed redb write): nothing of a failed batch is kept. (Change
+/// events are dropped: no sink is configured, so there are none.)
+#[derive(Default)]
+struct FlakyTasks {
+    rows: Mutex<HashMap<TaskKey, TaskRecord>>,
+    failing: AtomicBool,
+}
+
+impl FlakyTasks {
+    fn fail(&self, on: bool) {
+        self.failing.store(on, Ordering::SeqCst);
+    }
+
+    fn row(&self, instance: &str) -> Option<TaskRecord> {
+        self.rows
+            .lock()
+            .expect("lock")
+            .get(&TaskKey::new(instance, "probe"))
+            .cloned()
+    }
+}
+
+impl TaskStore for FlakyTasks {
+    fn load_tasks(&self) -> Result<LoadedTasks, StoreError> {
+        let rows = self.rows.lock().expect("lock");
+        Ok((rows.iter().map(|(k, r)| (k.clone(), r.clone())).collect(), Vec::new()))
+    }
+
+    fn write_tasks_with_events(
+        &self,
+        batch: &[(TaskKey, Option<TaskRecord>)],
+        _events: &[OutboxEvent],
+    ) -> Result<(), StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StoreError::Io {
+                path: "tasks".into(),
+                source: std::io::Error::other("no space left on device"),
+            });
+        }
+        let mut rows = self.rows.lock().expect("lock");
+        for (key, record) in batch {
+            match record {
+                Some(r) => rows.insert(key.clone(), r.clone()),
+                None => rows.remove(key),
+            };
+        }
+        Ok(())
+    }
+}
+
 const START: Timestamp = Timestamp(1_790_000_000_000);
 const INTERVAL: Duration = Duration::from_secs(10);
 
@@ -122,6 +176,19 @@ impl Engine {
         instances: &[&str],
         fetch: Arc<Scripted>,
         pool: Option<f64>,
+    ) -> Engine {
+        Engine::start_with(dir, origin, instances, fetch, pool, None).await
+    }
+
+    /// [`Engine::start`] with its task state in `tasks` rather than the
+    /// database.
+    async fn start_with(
+        dir: &std::path::Path,
+        origin: Instant,
+        instances: &[&str],
+        fetch: Arc<Scripted>,
+        pool: Option<f64>,
+        tasks: Option<Arc<dyn TaskStore>>,
     ) -> Engine {
         let mut c = config::load(None, &BTreeMap::new()).expect("defaults");
         c.server.data_dir = dir.to_path_buf();
@@ -159,7 +226,10 @@ impl Engine {
             .collect();
         let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let ports = Ports::paused(START.plus(Instant::now() - origin), 7, fetch);
+        let ports = Ports {
+            tasks,
+            ..Ports::paused(START.plus(Instant::now() - origin), 7, fetch)
+        };
         let app = Application::build_with_ports(c, api, metrics, ports)
             .await
             .expect("app builds");
@@ -197,7 +267,7 @@ impl Engine {
         START.plus(t - self.origin)
     }
 
-    fn record(&self, instance: &str) -> pollster::model::TaskRecord {
+    fn record(&self, instance: &str) -> TaskRecord {
         self.shared.task_record(&TaskKey::new(instance, "probe")).expect("task")
     }
 }
@@ -403,5 +473,100 @@ async fn a_cold_start_spreads_first_polls_and_a_restart_resumes_the_cadence() {
         }
     }
     assert!(on_time > 0, "no task kept its cadence across the restart");
+    e.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_operator_retry_whose_commit_fails_leaves_the_task_dead_lettered_and_unprobed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fetch = Arc::new(Scripted::default());
+    fetch.set("locked-out", Answer::Unauthorized);
+    let tasks = Arc::new(FlakyTasks::default());
+    let e = Engine::start_with(
+        dir.path(),
+        Instant::now(),
+        &["locked-out"],
+        fetch.clone(),
+        None,
+        Some(tasks.clone()),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(10 * 60)).await;
+    assert_eq!(fetch.calls_of("locked-out").len(), 1);
+    let before = e.record("locked-out");
+    assert!(before.dead_letter.is_some());
+    assert_eq!(
+        tasks.row("locked-out"),
+        Some(before.clone()),
+        "the move went through the port"
+    );
+
+    fetch.set("locked-out", Answer::Ok);
+    tasks.fail(true);
+    let key = TaskKey::new("locked-out", "probe");
+    let err = e
+        .shared
+        .operator_action(&key, "test", OperatorOp::Retry)
+        .await
+        .expect_err("the commit failed");
+    assert!(matches!(err, EngineError::Store(StoreError::Io { .. })), "{err}");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        fetch.calls_of("locked-out").len(),
+        1,
+        "no probe for an action that was not committed"
+    );
+    assert_eq!(e.record("locked-out"), before, "the task did not move");
+    assert_eq!(tasks.row("locked-out"), Some(before));
+
+    // Once commits work again, the same action goes through.
+    tasks.fail(false);
+    e.shared
+        .operator_action(&key, "test", OperatorOp::Retry)
+        .await
+        .expect("retry");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fetch.calls_of("locked-out").len(), 2, "the retry probed");
+    assert!(e.record("locked-out").dead_letter.is_none());
+    assert!(tasks.row("locked-out").is_some_and(|r| r.dead_letter.is_none()));
+    e.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_move_whose_commit_fails_is_not_shown_and_is_planned_again_at_the_recheck() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fetch = Arc::new(Scripted::default());
+    fetch.set("locked-out", Answer::Unauthorized);
+    let tasks = Arc::new(FlakyTasks::default());
+    tasks.fail(true);
+    let e = Engine::start_with(
+        dir.path(),
+        Instant::now(),
+        &["locked-out"],
+        fetch.clone(),
+        None,
+        Some(tasks.clone()),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(10 * 60)).await;
+    let calls = fetch.calls_of("locked-out");
+    assert_eq!(calls.len(), 1, "the failure was permanent");
+    let rec = e.record("locked-out");
+    assert!(rec.dead_letter.is_none(), "a move that was not committed is not shown");
+    assert_eq!(
+        rec.next_run,
+        e.at(calls[0]).plus(Duration::from_secs(1800)),
+        "due again when the move planned its recheck"
+    );
+    assert_eq!(tasks.row("locked-out"), None);
+
+    tasks.fail(false);
+    tokio::time::sleep(Duration::from_secs(21 * 60)).await;
+    let calls = fetch.calls_of("locked-out");
+    assert_eq!(calls.len(), 2, "polled again at that time");
+    assert_eq!(calls[1] - calls[0], Duration::from_secs(1800));
+    let rec = e.record("locked-out");
+    assert!(rec.dead_letter.is_some(), "the move, planned afresh, was committed");
+    assert_eq!(tasks.row("locked-out").map(|r| r.dead_letter.is_some()), Some(true));
     e.stop().await;
 }

@@ -44,7 +44,7 @@ use crate::sink::event::{BreakerEvent, DeadLetterAction, DeadLetterEvent, Event,
 use crate::sink::{Sink, SinkMetrics};
 use crate::store::{OutboxEvent, Store};
 use budget::BudgetState;
-use ports::{Clock, Fetch, Ports};
+use ports::{Clock, Fetch, Ports, TaskStore};
 use rand::rngs::StdRng;
 use settings::SettingsLayers;
 use std::collections::HashMap;
@@ -80,6 +80,9 @@ pub struct Shared {
     /// The sink's settings in force (environment applied).
     sink_config: Mutex<Option<SinkConfig>>,
     pub store: Store,
+    /// Where task state is loaded from and committed to: `store`, unless
+    /// the ports name another.
+    tasks: Arc<dyn TaskStore>,
     /// How polls are made (the HTTP poller in production).
     pub fetch: Arc<dyn Fetch>,
     /// Where the engine reads the time; see [`ports`].
@@ -142,11 +145,16 @@ impl Shared {
         let sink_config = Mutex::new(sink.clone());
         let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);
         sink.attach_outbox(store.clone());
+        let tasks = match &ports.tasks {
+            Some(tasks) => tasks.clone(),
+            None => Arc::new(store.clone()),
+        };
         Ok(Arc::new(Shared {
             scheduler,
             sink,
             sink_config,
             store,
+            tasks,
             fetch,
             clock: ports.clock.clone(),
             rng: Mutex::new(ports.rng()),
@@ -350,8 +358,8 @@ pub struct Engine {
 impl Engine {
     /// Load stored task state, place every task and start the loops.
     pub async fn start(shared: Arc<Shared>) -> Result<Engine, EngineError> {
-        let store = shared.store.clone();
-        let (records, corrupt) = tokio::task::spawn_blocking(move || store.load_tasks())
+        let tasks = shared.tasks.clone();
+        let (records, corrupt) = tokio::task::spawn_blocking(move || tasks.load_tasks())
             .await
             .map_err(|e| EngineError::Join(e.to_string()))??;
         for c in corrupt {

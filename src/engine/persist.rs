@@ -16,8 +16,8 @@ impl Shared {
         if batch.is_empty() && events.is_empty() {
             return Ok(());
         }
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.write_tasks_with_events(&batch, &events))
+        let tasks = self.tasks.clone();
+        tokio::task::spawn_blocking(move || tasks.write_tasks_with_events(&batch, &events))
             .await
             .map_err(|e| EngineError::Join(e.to_string()))??;
         Ok(())

@@ -1,15 +1,16 @@
 //! The engine's ports to the world: every `now` it uses comes from its
 //! [`Clock`], every random draw (backoff jitter, restart spreading) from its
-//! seeded RNG, and every poll goes through [`Fetch`]. In production that is
-//! the system clock, a seed from the OS and the HTTP [`Poller`]; a test
-//! passes [`TokioClock`], a fixed seed and a scripted `Fetch`, and runs the
-//! whole engine (dead letters, breakers, AIMD, restarts) on tokio's paused
-//! time, in milliseconds and the same way every run. Task persistence is the
-//! store's typed functions (`write_tasks_with_events`, `load_tasks`), on a
-//! real redb file in tests too.
+//! seeded RNG, every poll goes through [`Fetch`], and task state is loaded
+//! and committed through [`TaskStore`]. In production that is the system
+//! clock, a seed from the OS, the HTTP [`Poller`] and the redb [`Store`]; a
+//! test passes [`TokioClock`], a fixed seed and a scripted `Fetch`, and runs
+//! the whole engine (dead letters, breakers, AIMD, restarts) on tokio's
+//! paused time, in milliseconds and the same way every run, on a real redb
+//! file or on a fake `TaskStore` (one whose commits fail, say).
 
-use crate::model::{BaseUrl, GroupDef, InstanceConfig, PollResult, Timestamp};
+use crate::model::{BaseUrl, GroupDef, InstanceConfig, PollResult, TaskKey, TaskRecord, Timestamp};
 use crate::poll::Poller;
+use crate::store::{LoadedTasks, OutboxEvent, Store, StoreError};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
@@ -86,8 +87,43 @@ impl Fetch for Poller {
     }
 }
 
-/// What the engine is given: its clock, the seed of its RNG, and how it
-/// polls.
+/// Where the engine keeps task state: every task record it loads at start
+/// and every one it commits (the group commit, dead-letter moves, operator
+/// actions), with the change events that go with them. The engine calls it
+/// on a blocking thread, once per batch. Everything else durable (accounts,
+/// tokens, settings, history) stays on [`Store`].
+pub trait TaskStore: Send + Sync + 'static {
+    /// Every stored task, and the records that could not be read (each as
+    /// [`StoreError::Corrupt`]: that task starts fresh). `Err` only when
+    /// the store itself fails.
+    fn load_tasks(&self) -> Result<LoadedTasks, StoreError>;
+
+    /// Writes the batch (`Some` a record, `None` a deletion) and appends
+    /// `events` to the outbox, durably and all or nothing: on `Err`,
+    /// nothing was written.
+    fn write_tasks_with_events(
+        &self,
+        batch: &[(TaskKey, Option<TaskRecord>)],
+        events: &[OutboxEvent],
+    ) -> Result<(), StoreError>;
+}
+
+impl TaskStore for Store {
+    fn load_tasks(&self) -> Result<LoadedTasks, StoreError> {
+        Store::load_tasks(self)
+    }
+
+    fn write_tasks_with_events(
+        &self,
+        batch: &[(TaskKey, Option<TaskRecord>)],
+        events: &[OutboxEvent],
+    ) -> Result<(), StoreError> {
+        Store::write_tasks_with_events(self, batch, events)
+    }
+}
+
+/// What the engine is given: its clock, the seed of its RNG, how it polls
+/// and where it keeps task state.
 #[derive(Clone)]
 pub struct Ports {
     pub clock: Arc<dyn Clock>,
@@ -95,6 +131,8 @@ pub struct Ports {
     pub seed: Option<u64>,
     /// `None`: the HTTP poller.
     pub fetch: Option<Arc<dyn Fetch>>,
+    /// `None`: the database the appliance opened.
+    pub tasks: Option<Arc<dyn TaskStore>>,
 }
 
 impl std::fmt::Debug for Ports {
@@ -103,6 +141,7 @@ impl std::fmt::Debug for Ports {
             .field("clock", &self.clock)
             .field("seed", &self.seed)
             .field("fetch", &self.fetch.as_ref().map(|_| "custom"))
+            .field("tasks", &self.tasks.as_ref().map(|_| "custom"))
             .finish()
     }
 }
@@ -113,6 +152,7 @@ impl Default for Ports {
             clock: Arc::new(SystemClock),
             seed: None,
             fetch: None,
+            tasks: None,
         }
     }
 }
@@ -125,6 +165,7 @@ impl Ports {
             clock: Arc::new(TokioClock::starting_at(start)),
             seed: Some(seed),
             fetch: Some(fetch),
+            tasks: None,
         }
     }
 

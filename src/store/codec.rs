@@ -1,23 +1,82 @@
 //! The one place that turns stored values into bytes and back.
 //!
-//! Every value in every table is `[format version][payload]`. Format 1 is
+//! Every value in every table is `[format version][payload]`, the payload
 //! JSON (serde_json). Decoding never panics: empty bytes, an unknown version,
 //! truncated or malformed JSON all come back as [`StoreError::Corrupt`] naming
-//! the table and key. A later format adds an arm to [`decode`] that reads the
-//! old payload and upgrades it (garage's `Migrate` pattern), so files written
-//! by older releases keep decoding. Pure functions, no shared state.
+//! the table and key. Pure functions, no shared state.
+//!
+//! A table's value is one of the stored types in `stored`, which fix its
+//! JSON shape and know their current format version ([`Versioned`]).
+//! [`encode_stored`] writes the current version; [`decode_stored`] reads it,
+//! and hands a payload an older release wrote in an older version to
+//! [`Versioned::upgrade`] (garage's `Migrate` pattern), so files written by
+//! older releases keep decoding. A value this release does not know (a newer
+//! version) is `Corrupt`. The `meta` table's numbers go through the plain
+//! [`encode`] and [`decode`]: they stay in format 1 for ever.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::StoreError;
 
-/// The format every value is written in today.
+/// Format 1: JSON. Every value was written in it up to now.
 pub(crate) const FORMAT_JSON_V1: u8 = 1;
 
-/// Encodes `value` as format-1 bytes. `what` names the value in the error.
-pub fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, StoreError> {
-    let mut out = vec![FORMAT_JSON_V1];
+/// A stored value type as it is read back: its serde shape is the on-disk
+/// format of version [`Versioned::VERSION`].
+pub(crate) trait Versioned: DeserializeOwned {
+    /// What the value is called in an error.
+    const WHAT: &'static str;
+    /// The format version this release writes, as the value's first byte.
+    /// Bumped together with a new arm in [`Versioned::upgrade`].
+    const VERSION: u8;
+
+    /// Reads a payload written in `version` (at least 1, below
+    /// [`Versioned::VERSION`]) by an older release, as the current version.
+    /// Nothing to upgrade from while a type is at its first version.
+    fn upgrade(version: u8, payload: &[u8]) -> Result<Self, String> {
+        let _ = payload;
+        Err(unknown_version(version, Self::VERSION))
+    }
+}
+
+/// The write side of a stored value type (often a borrowing view of the
+/// domain value, so writing needs no copies): it writes the JSON of
+/// `Self::Value`'s current version.
+pub(crate) trait Encodes: Serialize {
+    type Value: Versioned;
+}
+
+/// Encodes `value` as `[current version][JSON]`.
+pub(crate) fn encode_stored<W: Encodes>(value: &W) -> Result<Vec<u8>, StoreError> {
+    encode_as(W::Value::VERSION, W::Value::WHAT, value)
+}
+
+/// Decodes a stored value of type `T`, upgrading one an older release wrote.
+pub(crate) fn decode_stored<T: Versioned>(table: &'static str, key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
+    let corrupt = |reason: String| StoreError::Corrupt {
+        table,
+        key: display_key(key),
+        reason,
+    };
+    match bytes.split_first() {
+        None => Err(corrupt("empty value".into())),
+        Some((&version, payload)) if version == T::VERSION => {
+            serde_json::from_slice(payload).map_err(|e| corrupt(format!("bad JSON: {e}")))
+        }
+        Some((&version, payload)) if (FORMAT_JSON_V1..T::VERSION).contains(&version) => {
+            T::upgrade(version, payload).map_err(corrupt)
+        }
+        Some((&other, _)) => Err(corrupt(unknown_version(other, T::VERSION))),
+    }
+}
+
+fn unknown_version(found: u8, current: u8) -> String {
+    format!("unknown value format version {found} (this release reads format {current})")
+}
+
+fn encode_as<T: Serialize + ?Sized>(version: u8, what: &'static str, value: &T) -> Result<Vec<u8>, StoreError> {
+    let mut out = vec![version];
     serde_json::to_writer(&mut out, value).map_err(|e| StoreError::Encode {
         what,
         reason: e.to_string(),
@@ -25,7 +84,12 @@ pub fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, St
     Ok(out)
 }
 
-/// Decodes bytes written by [`encode`] (or by an older format, once there is one).
+/// Encodes `value` as format-1 bytes. `what` names the value in the error.
+pub fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, StoreError> {
+    encode_as(FORMAT_JSON_V1, what, value)
+}
+
+/// Decodes format-1 bytes written by [`encode`].
 pub fn decode<T: DeserializeOwned>(table: &'static str, key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt {
         table,
@@ -37,9 +101,7 @@ pub fn decode<T: DeserializeOwned>(table: &'static str, key: &[u8], bytes: &[u8]
         Some((&FORMAT_JSON_V1, payload)) => {
             serde_json::from_slice(payload).map_err(|e| corrupt(format!("bad JSON: {e}")))
         }
-        Some((other, _)) => Err(corrupt(format!(
-            "unknown value format version {other} (this release reads format {FORMAT_JSON_V1})"
-        ))),
+        Some((&other, _)) => Err(corrupt(unknown_version(other, FORMAT_JSON_V1))),
     }
 }
 
@@ -120,6 +182,81 @@ mod tests {
         }
         let back: serde_json::Value = decode("t", b"k", b"\x01-1.1111111277777779").expect("decode");
         assert_eq!(back.as_f64(), Some(-1.1111111277777779));
+    }
+
+    /// A value at its second format: version 1 called the name `title`
+    /// and had no scope, which version 2 reads as `admin`.
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Named {
+        name: String,
+        scope: String,
+    }
+
+    impl Versioned for Named {
+        const WHAT: &'static str = "named";
+        const VERSION: u8 = 2;
+
+        fn upgrade(version: u8, payload: &[u8]) -> Result<Self, String> {
+            #[derive(serde::Deserialize)]
+            struct V1 {
+                title: String,
+            }
+            match version {
+                1 => {
+                    let old: V1 = serde_json::from_slice(payload).map_err(|e| format!("bad JSON: {e}"))?;
+                    Ok(Named {
+                        name: old.title,
+                        scope: "admin".into(),
+                    })
+                }
+                other => Err(unknown_version(other, Self::VERSION)),
+            }
+        }
+    }
+
+    impl Encodes for Named {
+        type Value = Named;
+    }
+
+    #[test]
+    fn an_older_version_is_upgraded_on_decode_and_the_current_one_is_written() {
+        let current = Named {
+            name: "ci".into(),
+            scope: "read".into(),
+        };
+        let bytes = encode_stored(&current).expect("encode");
+        assert_eq!(bytes, b"\x02{\"name\":\"ci\",\"scope\":\"read\"}");
+        assert_eq!(decode_stored::<Named>("t", b"k", &bytes).expect("current"), current);
+        let old: Named = decode_stored("t", b"k", b"\x01{\"title\":\"ci\"}").expect("upgraded");
+        assert_eq!(
+            old,
+            Named {
+                name: "ci".into(),
+                scope: "admin".into()
+            }
+        );
+        let r = reason(decode_stored::<Named>("t", b"k", b"\x01{\"name\":\"ci\"}").unwrap_err());
+        assert!(r.starts_with("bad JSON"), "{r}");
+        for bad in [&b"\x03{}"[..], b"\x00{}", b""] {
+            let r = reason(decode_stored::<Named>("t", b"k", bad).unwrap_err());
+            assert!(r.contains("unknown value format version") || r.contains("empty"), "{r}");
+        }
+    }
+
+    #[test]
+    fn a_value_at_its_first_version_refuses_every_other() {
+        #[derive(Debug, serde::Deserialize)]
+        struct First;
+        impl Versioned for First {
+            const WHAT: &'static str = "first";
+            const VERSION: u8 = FORMAT_JSON_V1;
+        }
+        for bad in [&b"\x00null"[..], b"\x02null", b"\xffnull"] {
+            let r = reason(decode_stored::<First>("t", b"k", bad).unwrap_err());
+            assert!(r.contains("unknown value format version"), "{r}");
+            assert!(r.contains("reads format 1"), "{r}");
+        }
+        assert!(decode_stored::<First>("t", b"k", b"\x01null").is_ok());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::stored::StoredRollup;
 use super::tables::HISTORY;
 use super::{Ctx, Store, StoreError, codec};
 
@@ -26,7 +27,7 @@ impl Store {
     /// Write (or replace) the rollup of the minute starting at `minute`
     /// (Unix seconds), and drop every row older than `keep_since`.
     pub fn put_rollup(&self, minute: u64, rollup: &Rollup, keep_since: u64) -> Result<(), StoreError> {
-        let v = codec::encode("rollup", rollup)?;
+        let v = codec::encode_stored(&StoredRollup::from(rollup))?;
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(HISTORY.def).ctx("opening table history")?;
@@ -51,8 +52,8 @@ impl Store {
             let Ok(bytes) = <[u8; 8]>::try_from(k.value()) else {
                 continue;
             };
-            if let Ok(r) = codec::decode::<Rollup>(HISTORY.name, k.value(), v.value()) {
-                out.push((u64::from_be_bytes(bytes), r));
+            if let Ok(r) = codec::decode_stored::<StoredRollup>(HISTORY.name, k.value(), v.value()) {
+                out.push((u64::from_be_bytes(bytes), r.into()));
             }
         }
         Ok(out)

@@ -23,8 +23,9 @@
 //!
 //! # Stored bytes
 //!
-//! Keys and values are raw bytes in redb; `tables` builds and parses keys and
-//! `codec` versions and encodes every value. Bad bytes are reported as
+//! Keys and values are raw bytes in redb; `tables` builds and parses keys,
+//! `stored` defines the on-disk shape of every value (apart from the domain
+//! types, which convert to and from it) and `codec` versions and encodes it. Bad bytes are reported as
 //! [`StoreError::Corrupt`], never a panic. The file is integrity-checked on
 //! open, so a file damaged outside redb is refused rather than trusted.
 
@@ -35,6 +36,7 @@ mod outbox;
 mod records;
 mod schema;
 mod sessions;
+mod stored;
 mod tables;
 mod tokens;
 mod users;
@@ -48,7 +50,7 @@ mod tests;
 #[doc(hidden)]
 pub mod fuzzing {
     pub use super::codec::{decode, encode};
-    pub use super::records::{decode_instance, decode_task};
+    pub use super::records::{decode_instance, decode_task, encode_instance, encode_task};
     pub use super::tables::{parse_task_key, task_key};
 }
 

@@ -18,6 +18,7 @@ use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+use super::stored::{StoredOutboxEvent, StoredOutboxEventRef};
 use super::tables::{META, OUTBOX};
 use super::{Ctx, Store, StoreError, codec};
 
@@ -52,7 +53,7 @@ pub(super) fn append(txn: &WriteTransaction, events: &[OutboxEvent]) -> Result<(
     };
     let mut table = txn.open_table(OUTBOX.def).ctx("opening table outbox")?;
     for event in events {
-        let v = codec::encode("outbox event", event)?;
+        let v = codec::encode_stored(&StoredOutboxEventRef::from(event))?;
         table
             .insert(next.to_be_bytes().as_slice(), v.as_slice())
             .ctx("writing an outbox event")?;
@@ -121,7 +122,8 @@ impl Store {
             }
             let (k, v) = entry.ctx("reading table outbox")?;
             let seq = parse_seq(k.value())?;
-            out.push((seq, codec::decode(OUTBOX.name, k.value(), v.value())));
+            let event = codec::decode_stored::<StoredOutboxEvent>(OUTBOX.name, k.value(), v.value());
+            out.push((seq, event.map(OutboxEvent::from)));
         }
         Ok(out)
     }

@@ -6,6 +6,7 @@
 use redb::ReadableTable;
 
 use super::outbox::{self, OutboxEvent};
+use super::stored::{StoredInstance, StoredSettings, StoredSettingsRef, StoredTask, StoredTaskRef};
 use super::tables::{self, INSTANCES, SETTINGS, TASKS};
 use super::{Ctx, Store, StoreError, codec};
 use crate::model::{InstanceConfig, TaskKey, TaskRecord};
@@ -55,7 +56,7 @@ impl Store {
                 let k = tables::task_key(key)?;
                 match record {
                     Some(record) => {
-                        let v = codec::encode("task record", record)?;
+                        let v = encode_task(record)?;
                         table.insert(k.as_slice(), v.as_slice()).ctx("writing a task")?;
                     }
                     None => {
@@ -97,7 +98,7 @@ impl Store {
     /// [`Store::put_instance`] and `events`, in one transaction.
     pub fn put_instance_with_events(&self, inst: &InstanceConfig, events: &[OutboxEvent]) -> Result<(), StoreError> {
         tables::check_instance_name(&inst.name)?;
-        let v = codec::encode("instance", inst)?;
+        let v = encode_instance(inst)?;
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
@@ -139,7 +140,7 @@ impl Store {
         let table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
         let guard = table.get(name.as_bytes()).ctx("reading settings")?;
         guard
-            .map(|v| codec::decode(SETTINGS.name, name.as_bytes(), v.value()))
+            .map(|v| codec::decode_stored(SETTINGS.name, name.as_bytes(), v.value()).map(|s: StoredSettings| s.0))
             .transpose()
     }
 
@@ -155,7 +156,7 @@ impl Store {
         doc: &serde_json::Value,
         events: &[OutboxEvent],
     ) -> Result<(), StoreError> {
-        let v = codec::encode("settings", doc)?;
+        let v = codec::encode_stored(&StoredSettingsRef(doc))?;
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
@@ -166,15 +167,29 @@ impl Store {
     }
 }
 
+/// A task record as the `tasks` table holds it. Runs for every record of
+/// every group commit: it borrows the record rather than copying it.
+pub fn encode_task(record: &TaskRecord) -> Result<Vec<u8>, StoreError> {
+    codec::encode_stored(&StoredTaskRef::from(record))
+}
+
 /// A `tasks` row: its key and its record.
 pub fn decode_task(key: &[u8], value: &[u8]) -> Result<(TaskKey, TaskRecord), StoreError> {
-    Ok((tables::parse_task_key(key)?, codec::decode(TASKS.name, key, value)?))
+    let task = tables::parse_task_key(key)?;
+    let stored: StoredTask = codec::decode_stored(TASKS.name, key, value)?;
+    Ok((task, stored.into()))
+}
+
+/// An instance as the `instances` table holds it.
+pub fn encode_instance(inst: &InstanceConfig) -> Result<Vec<u8>, StoreError> {
+    codec::encode_stored(&StoredInstance::from(inst))
 }
 
 /// An instance record, checked against the key it is stored under.
 pub fn decode_instance(key: &[u8], value: &[u8]) -> Result<InstanceConfig, StoreError> {
     let name = tables::str_key(INSTANCES.name, key)?;
-    let inst: InstanceConfig = codec::decode(INSTANCES.name, key, value)?;
+    let stored: StoredInstance = codec::decode_stored(INSTANCES.name, key, value)?;
+    let inst = InstanceConfig::from(stored);
     if inst.name != name {
         return Err(StoreError::Corrupt {
             table: INSTANCES.name,

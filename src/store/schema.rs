@@ -1,5 +1,14 @@
 //! Schema version and migrations, run once by `Store::open` inside a single
 //! write transaction: either the whole upgrade commits or none of it does.
+//!
+//! Two kinds of version work together. Each stored value carries its own
+//! format version (`codec`, `stored`), and a value an older release wrote
+//! is upgraded as it is read. The schema version here covers the file: a
+//! table added, split or re-keyed, and also every new value format, so that
+//! an older release refuses the file as a whole rather than skipping the
+//! records it cannot read. The step for a new value format may rewrite the
+//! table's values in the new version, or do nothing and leave them to be
+//! upgraded as they are read.
 
 use std::path::Path;
 

@@ -7,6 +7,7 @@
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
+use super::stored::StoredSession;
 use super::tables::SESSIONS;
 use super::{Ctx, Store, StoreError, codec};
 
@@ -48,7 +49,7 @@ impl Store {
         let txn = self.read_txn()?;
         let table = txn.open_table(SESSIONS.def).ctx("opening table sessions")?;
         match table.get(id.as_bytes()).ctx("reading table sessions")? {
-            Some(v) => Ok(Some(codec::decode(SESSIONS.name, id.as_bytes(), v.value())?)),
+            Some(v) => Ok(Some(decode_session(id.as_bytes(), v.value())?)),
             None => Ok(None),
         }
     }
@@ -57,7 +58,7 @@ impl Store {
     /// writes nothing, for a [`SessionWrite::Create`] whose key exists or an
     /// [`SessionWrite::Update`] whose key does not.
     pub fn put_session(&self, key: &str, row: &SessionRow, mode: SessionWrite) -> Result<bool, StoreError> {
-        let v = codec::encode("session", row)?;
+        let v = codec::encode_stored(&StoredSession::from(row))?;
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(SESSIONS.def).ctx("opening table sessions")?;
@@ -88,8 +89,7 @@ impl Store {
             let mut table = txn.open_table(SESSIONS.def).ctx("opening table sessions")?;
             table
                 .retain(|k, v| {
-                    let theirs = codec::decode::<SessionRow>(SESSIONS.name, k, v)
-                        .is_ok_and(|row| row.user.as_deref() == Some(user));
+                    let theirs = decode_session(k, v).is_ok_and(|row| row.user.as_deref() == Some(user));
                     let end = theirs && keep.is_none_or(|keep| keep.as_bytes() != k);
                     if end {
                         n += 1;
@@ -122,8 +122,7 @@ impl Store {
             let mut n = 0;
             table
                 .retain(|k, v| {
-                    let keep = is_hashed_key(k)
-                        && codec::decode::<SessionRow>(SESSIONS.name, k, v).is_ok_and(|row| row.expires >= now);
+                    let keep = is_hashed_key(k) && decode_session(k, v).is_ok_and(|row| row.expires >= now);
                     if !keep {
                         n += 1;
                     }
@@ -135,6 +134,10 @@ impl Store {
         txn.commit().ctx("committing sessions")?;
         Ok(removed)
     }
+}
+
+fn decode_session(key: &[u8], value: &[u8]) -> Result<SessionRow, StoreError> {
+    codec::decode_stored::<StoredSession>(SESSIONS.name, key, value).map(SessionRow::from)
 }
 
 #[cfg(test)]

@@ -5,22 +5,23 @@
 //! nothing inside redb interprets our bytes, and this module (for keys) and
 //! `codec` (for values) turn bad bytes into [`StoreError::Corrupt`].
 //!
-//! Layout (values are always `codec` bytes):
+//! Layout (values are always `codec` bytes; the value column names the
+//! domain type, whose on-disk shape is its stored type in `stored`):
 //!
 //! | table       | key                                    | value |
 //! |-------------|----------------------------------------|-------|
 //! | `meta`      | `schema_version`                       | `u32` |
 //! |             | `outbox_next_seq`                      | `u64`, the next `outbox` key |
-//! | `tasks`     | instance `\0` group                    | `TaskRecord`: a task's schedule, failures, breaker, dead-letter state |
-//! | `instances` | instance name                          | `InstanceConfig` added from the UI or API (the config file's are not stored) |
+//! | `tasks`     | instance `\0` group                    | `TaskRecord` (`StoredTask`): a task's schedule, failures, breaker, dead-letter state |
+//! | `instances` | instance name                          | `InstanceConfig` (`StoredInstance`) added from the UI or API (the config file's are not stored) |
 //! | `settings`  | `monitoring`                           | JSON patch over the file's monitoring settings |
 //! |             | `budgets`                              | JSON object: budget pools changed from the UI or API, by name |
 //! |             | `sink`                                 | JSON: the event sink's settings, or `null` for off |
-//! | `tokens`    | SHA-256 of the token plaintext (32 bytes) | `TokenInfo` (id, name, scope, created) |
-//! | `users`     | user name (`admin`)                    | `UserRecord`: argon2 password hash (PHC string) |
-//! | `sessions`  | SHA-256 of the session id (hex)        | `SessionRow`: expiry, user, the record with its id blanked; never copied into a backup |
-//! | `history`   | minute start, Unix seconds, `u64` big-endian | `Rollup`: polls, errors, queue depth and dead-letter count of that minute |
-//! | `outbox`    | sequence, `u64` big-endian             | `OutboxEvent`: a change event to deliver, deleted once a receiver took it |
+//! | `tokens`    | SHA-256 of the token plaintext (32 bytes) | `TokenInfo` (`StoredToken`): id, name, scope, created |
+//! | `users`     | user name (`admin`)                    | `UserRecord` (`StoredUser`): argon2 password hash (PHC string) |
+//! | `sessions`  | SHA-256 of the session id (hex)        | `SessionRow` (`StoredSession`): expiry, user, the record with its id blanked; never copied into a backup |
+//! | `history`   | minute start, Unix seconds, `u64` big-endian | `Rollup` (`StoredRollup`): polls, errors, queue depth and dead-letter count of that minute |
+//! | `outbox`    | sequence, `u64` big-endian             | `OutboxEvent` (`StoredOutboxEvent`): a change event to deliver, deleted once a receiver took it |
 //!
 //! The `meta` table's name, types and `schema_version` entry are a contract
 //! with every past and future release: that is how a release recognises a

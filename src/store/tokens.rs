@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::outbox::{self, OutboxEvent};
+use super::stored::StoredToken;
 use super::tables::TOKENS;
 use super::{Ctx, Store, StoreError, codec};
 use crate::model::Timestamp;
@@ -161,7 +162,7 @@ impl Store {
                     created: now,
                     scope,
                 };
-                let v = codec::encode("token", &info)?;
+                let v = codec::encode_stored(&StoredToken::from(&info))?;
                 table.insert(digest.as_slice(), v.as_slice()).ctx("writing a token")?;
                 created = Some((plaintext, info));
                 break;
@@ -189,9 +190,7 @@ impl Store {
         let txn = self.read_txn()?;
         let table = txn.open_table(TOKENS.def).ctx("opening table tokens")?;
         let guard = table.get(digest.as_slice()).ctx("reading a token")?;
-        guard
-            .map(|v| codec::decode(TOKENS.name, &digest, v.value()))
-            .transpose()
+        guard.map(|v| decode_token(&digest, v.value())).transpose()
     }
 
     /// Every token, oldest first. A record that cannot be decoded fails the
@@ -202,7 +201,7 @@ impl Store {
         let mut out = Vec::new();
         for entry in table.iter().ctx("reading table tokens")? {
             let (k, v) = entry.ctx("reading table tokens")?;
-            out.push(codec::decode::<TokenInfo>(TOKENS.name, k.value(), v.value())?);
+            out.push(decode_token(k.value(), v.value())?);
         }
         out.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
         Ok(out)
@@ -236,6 +235,10 @@ impl Store {
     }
 }
 
+fn decode_token(key: &[u8], value: &[u8]) -> Result<TokenInfo, StoreError> {
+    codec::decode_stored::<StoredToken>(TOKENS.name, key, value).map(TokenInfo::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,7 +248,7 @@ mod tests {
         let old = br#"{"id":"0a0b0c0d","name":"old","created":5}"#;
         let mut bytes = vec![super::super::codec::FORMAT_JSON_V1];
         bytes.extend_from_slice(old);
-        let info: TokenInfo = codec::decode("tokens", b"k", &bytes).expect("decodes");
+        let info = decode_token(b"k", &bytes).expect("decodes");
         assert_eq!(info.scope, TokenScope::Admin);
     }
 

@@ -5,6 +5,7 @@ use redb::ReadableTableMetadata;
 use serde::{Deserialize, Serialize};
 
 use super::outbox::{self, OutboxEvent};
+use super::stored::StoredUser;
 use super::tables::USERS;
 use super::{Ctx, Store, StoreError, codec};
 use crate::model::Timestamp;
@@ -23,7 +24,10 @@ impl Store {
         let txn = self.read_txn()?;
         let table = txn.open_table(USERS.def).ctx("opening table users")?;
         match table.get(name.as_bytes()).ctx("reading table users")? {
-            Some(v) => Ok(Some(codec::decode(USERS.name, name.as_bytes(), v.value())?)),
+            Some(v) => {
+                let stored: StoredUser = codec::decode_stored(USERS.name, name.as_bytes(), v.value())?;
+                Ok(Some(stored.into()))
+            }
             None => Ok(None),
         }
     }
@@ -35,7 +39,7 @@ impl Store {
     /// [`Store::put_user`] and `events` appended to the outbox, in one
     /// transaction.
     pub fn put_user_with_events(&self, user: &UserRecord, events: &[OutboxEvent]) -> Result<(), StoreError> {
-        let v = codec::encode("user", user)?;
+        let v = codec::encode_stored(&StoredUser::from(user))?;
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(USERS.def).ctx("opening table users")?;

@@ -1,0 +1,26 @@
+//! The on-disk shape of every table value, defined here rather than by the
+//! domain types: each stored type names its JSON fields explicitly (the names
+//! today's files hold) and converts to and from its domain type. Renaming a
+//! domain field changes a conversion, never the file; changing a stored
+//! type's shape is a new format version with an upgrade from the old one
+//! (see `codec`), and the byte fixtures in this module's tests fail if a
+//! shape changes by accident.
+//!
+//! A type read back is owned (`StoredTask`); a type written on the hot path
+//! has a borrowing twin (`StoredTaskRef<'a>`), so the group commit writes a
+//! record without copying it. Durations are text (`10s`, `250ms`) as
+//! `model::duration_str` writes and reads them, the fixtures included.
+
+mod instance;
+mod task;
+mod values;
+
+#[cfg(test)]
+mod tests;
+
+pub(crate) use instance::StoredInstance;
+pub(crate) use task::{StoredTask, StoredTaskRef};
+pub(crate) use values::{
+    StoredOutboxEvent, StoredOutboxEventRef, StoredRollup, StoredSession, StoredSettings, StoredSettingsRef,
+    StoredToken, StoredUser,
+};

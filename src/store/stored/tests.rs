@@ -1,0 +1,575 @@
+//! Today's exact bytes of every table value, checked in. Each fixture has
+//! every field set; it must decode to the domain value beside it, and that
+//! value must encode back to the very same bytes, through the store's own
+//! tables. A change of the on-disk format, deliberate or not, fails here:
+//! a deliberate one is a new format version with an upgrade in `codec`, and
+//! these fixtures stay as the old version's bytes.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::time::Duration;
+
+use redb::{ReadableDatabase, ReadableTable};
+
+use super::super::codec::{self, FORMAT_JSON_V1};
+use super::super::tables::{self, HISTORY, INSTANCES, META, OUTBOX, SESSIONS, SETTINGS, TASKS, TOKENS, USERS};
+use super::super::{
+    OutboxEvent, Rollup, SessionRow, SessionWrite, Store, StoreError, TokenInfo, TokenScope, UserRecord,
+};
+use super::*;
+use crate::model::*;
+
+/// A value as it sits in a table: its format version, then its JSON.
+struct Fixture {
+    version: u8,
+    json: &'static [u8],
+}
+
+impl Fixture {
+    fn bytes(&self) -> Vec<u8> {
+        let mut out = vec![self.version];
+        out.extend_from_slice(self.json);
+        out
+    }
+}
+
+const TASK: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"last_attempt":1764480000000,"last_success":1764479990000,"last_change":1764470000000,"digest":1234567890123456789,"failures":5,"breaker":"half_open","retry_at":1764481800000,"backoff_delay_ms":40000,"next_run":1764481800001,"interval_ms":10000,"idle_streak":3,"dead_letter":{"reason":"permanent_failure","since":1764480000000,"next_recheck":1764481800000,"rechecks":1},"disabled":true,"last_error":{"category":"transient","kind":"rate_limited","message":"HTTP 429 Too Many Requests","status":429,"retry_after":"1m30s"},"failed_items":[{"item":"node-1","error":{"category":"permanent","kind":"invalid_credentials","message":"HTTP 401","status":401,"retry_after":null}}]}"#,
+};
+
+fn task() -> TaskRecord {
+    TaskRecord {
+        last_attempt: Some(Timestamp(1_764_480_000_000)),
+        last_success: Some(Timestamp(1_764_479_990_000)),
+        last_change: Some(Timestamp(1_764_470_000_000)),
+        digest: Some(1_234_567_890_123_456_789),
+        failures: 5,
+        breaker: BreakerState::HalfOpen,
+        retry_at: Some(Timestamp(1_764_481_800_000)),
+        backoff_delay_ms: 40_000,
+        next_run: Timestamp(1_764_481_800_001),
+        interval_ms: 10_000,
+        idle_streak: 3,
+        dead_letter: Some(DeadLetterRecord {
+            reason: DeadLetterReason::PermanentFailure,
+            since: Timestamp(1_764_480_000_000),
+            next_recheck: Timestamp(1_764_481_800_000),
+            rechecks: 1,
+        }),
+        disabled: true,
+        last_error: Some(PollError {
+            category: ErrorCategory::Transient,
+            kind: ErrorKind::RateLimited,
+            message: "HTTP 429 Too Many Requests".into(),
+            status: Some(429),
+            retry_after: Some(Duration::from_secs(90)),
+        }),
+        failed_items: vec![FailedItem {
+            item: "node-1".into(),
+            error: PollError {
+                status: Some(401),
+                ..PollError::new(ErrorCategory::Permanent, ErrorKind::InvalidCredentials, "HTTP 401")
+            },
+        }],
+    }
+}
+
+/// A fresh task: `failed_items` is left out when empty, and nothing else.
+const TASK_FRESH: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"last_attempt":null,"last_success":null,"last_change":null,"digest":null,"failures":0,"breaker":"closed","retry_at":null,"backoff_delay_ms":0,"next_run":1000,"interval_ms":0,"idle_streak":0,"dead_letter":null,"disabled":false,"last_error":null}"#,
+};
+
+fn task_fresh() -> TaskRecord {
+    TaskRecord {
+        next_run: Timestamp(1000),
+        ..TaskRecord::default()
+    }
+}
+
+const INSTANCE: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"name":"pve-1","type":"proxmox_ve","url":"https://pve.example:8006/","timeout":"2s500ms","budget":"lab","labels":{"site":"lab-1"},"enabled":false,"auth":{"kind":"pve_token","user":"monitor@pve","token_id":"pollster","secret":"s3cret"},"tls_verify":false,"tls_fingerprint":"ab:cd","max_response_bytes":1048576,"shape":{"nodes":3}}"#,
+};
+
+fn instance() -> InstanceConfig {
+    InstanceConfig {
+        name: "pve-1".into(),
+        type_name: "proxmox_ve".into(),
+        url: "https://pve.example:8006/".into(),
+        timeout: Duration::from_millis(2_500),
+        budget: Some("lab".into()),
+        labels: BTreeMap::from([("site".to_string(), "lab-1".to_string())]),
+        enabled: false,
+        auth: Auth::PveToken {
+            user: "monitor@pve".into(),
+            token_id: "pollster".into(),
+            secret: "s3cret".into(),
+        },
+        tls_verify: false,
+        tls_fingerprint: Some("ab:cd".into()),
+        max_response_bytes: 1 << 20,
+        shape: BTreeMap::from([("nodes".to_string(), 3)]),
+    }
+}
+
+/// Every other way to authenticate, on an instance with its defaults
+/// (the optional fields that are unset are left out).
+fn instance_with(auth: Auth) -> InstanceConfig {
+    InstanceConfig {
+        auth,
+        ..InstanceConfig::new("web-1", "http", "http://web-1/")
+    }
+}
+
+/// An instance's JSON with one way to authenticate, and that way.
+type AuthFixture = (&'static [u8], fn() -> Auth);
+
+const INSTANCE_AUTHS: [AuthFixture; 4] = [
+    (
+        br#"{"name":"web-1","type":"http","url":"http://web-1/","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"none"},"tls_verify":true,"max_response_bytes":4194304}"#,
+        || Auth::None {},
+    ),
+    (
+        br#"{"name":"web-1","type":"http","url":"http://web-1/","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"bearer","token":"t0k"},"tls_verify":true,"max_response_bytes":4194304}"#,
+        || Auth::Bearer { token: "t0k".into() },
+    ),
+    (
+        br#"{"name":"web-1","type":"http","url":"http://web-1/","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"header","name":"X-Key","value":"v"},"tls_verify":true,"max_response_bytes":4194304}"#,
+        || Auth::Header {
+            name: "X-Key".into(),
+            value: "v".into(),
+        },
+    ),
+    (
+        br#"{"name":"web-1","type":"http","url":"http://web-1/","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"basic","username":"u","password":"p"},"tls_verify":true,"max_response_bytes":4194304}"#,
+        || Auth::Basic {
+            username: "u".into(),
+            password: "p".into(),
+        },
+    ),
+];
+
+const SETTINGS_DOC: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"adaptive":{"base_interval":"20s","enabled":false},"failure":{"backoff_jitter":0.1,"dead_letter_after":3},"scheduler":{"group_interval_overrides":{"pve/storage":"15m"},"target_utilization":0.55,"workers":4}}"#,
+};
+
+fn settings_doc() -> serde_json::Value {
+    serde_json::json!({
+        "adaptive": {"enabled": false, "base_interval": "20s"},
+        "scheduler": {"workers": 4, "target_utilization": 0.55, "group_interval_overrides": {"pve/storage": "15m"}},
+        "failure": {"backoff_jitter": 0.1, "dead_letter_after": 3},
+    })
+}
+
+const USER: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"name":"admin","password_hash":"$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA","created":1764480000000,"updated":1764480060000}"#,
+};
+
+fn user() -> UserRecord {
+    UserRecord {
+        name: "admin".into(),
+        password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
+        created: Timestamp(1_764_480_000_000),
+        updated: Timestamp(1_764_480_060_000),
+    }
+}
+
+const TOKEN: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"id":"0a1b2c3d","name":"grafana","created":1764480000000,"scope":"read"}"#,
+};
+
+fn token() -> TokenInfo {
+    TokenInfo {
+        id: "0a1b2c3d".into(),
+        name: "grafana".into(),
+        created: Timestamp(1_764_480_000_000),
+        scope: TokenScope::Read,
+    }
+}
+
+const SESSION: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"expires":1764480000,"record":"{\"id\":\"\",\"data\":{},\"expiry_date\":[2026,1]}","user":"admin"}"#,
+};
+
+fn session() -> SessionRow {
+    SessionRow {
+        expires: 1_764_480_000,
+        record: r#"{"id":"","data":{},"expiry_date":[2026,1]}"#.into(),
+        user: Some("admin".into()),
+    }
+}
+
+const ROLLUP: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"polls":120,"errors":3,"queue_depth":7,"dead_letter":1}"#,
+};
+
+fn rollup() -> Rollup {
+    Rollup {
+        polls: 120,
+        errors: 3,
+        queue_depth: 7,
+        dead_letter: 1,
+    }
+}
+
+const OUTBOX_EVENT: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"id":"e-1","line":"{\"id\":\"e-1\",\"type\":\"dead_letter\"}\n"}"#,
+};
+
+fn outbox_event() -> OutboxEvent {
+    OutboxEvent {
+        id: "e-1".into(),
+        line: "{\"id\":\"e-1\",\"type\":\"dead_letter\"}\n".into(),
+    }
+}
+
+/// `meta` numbers: format 1 for ever (an older release reads the schema
+/// version to refuse a newer file).
+const META_NUMBER: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: b"42",
+};
+
+/// The outbox's next sequence after one row.
+const META_NUMBER_TWO: [u8; 2] = *b"\x012";
+
+/// `decode` reads the fixture as `want`; `encode` writes `want` as the fixture.
+fn check<D: PartialEq + Debug>(
+    what: &str,
+    fixture: &Fixture,
+    want: &D,
+    encode: impl Fn(&D) -> Result<Vec<u8>, StoreError>,
+    decode: impl Fn(&[u8]) -> Result<D, StoreError>,
+) {
+    let bytes = fixture.bytes();
+    let got = decode(&bytes).unwrap_or_else(|e| panic!("{what}: today's bytes no longer decode: {e}"));
+    assert_eq!(&got, want, "{what}: today's bytes decode to another value");
+    let written = encode(want).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(
+        String::from_utf8_lossy(&written),
+        String::from_utf8_lossy(&bytes),
+        "{what}: the value is no longer written in today's format"
+    );
+    assert_eq!(written, bytes, "{what}");
+}
+
+fn stored<S: codec::Versioned, D>(table: &'static str, bytes: &[u8]) -> Result<D, StoreError>
+where
+    D: From<S>,
+{
+    codec::decode_stored::<S>(table, b"k", bytes).map(D::from)
+}
+
+#[test]
+fn every_value_decodes_from_and_encodes_to_todays_bytes() {
+    use super::super::records::{decode_instance, decode_task, encode_instance, encode_task};
+    check("task", &TASK, &task(), encode_task, |b| {
+        decode_task(b"pve-1\0nodes", b).map(|(_, r)| r)
+    });
+    check("fresh task", &TASK_FRESH, &task_fresh(), encode_task, |b| {
+        decode_task(b"web-1\0probe", b).map(|(_, r)| r)
+    });
+    check("instance", &INSTANCE, &instance(), encode_instance, |b| {
+        decode_instance(b"pve-1", b)
+    });
+    for (json, auth) in INSTANCE_AUTHS {
+        let fixture = Fixture {
+            version: FORMAT_JSON_V1,
+            json,
+        };
+        check(
+            "instance auth",
+            &fixture,
+            &instance_with(auth()),
+            encode_instance,
+            |b| decode_instance(b"web-1", b),
+        );
+    }
+    check(
+        "settings",
+        &SETTINGS_DOC,
+        &settings_doc(),
+        |d| codec::encode_stored(&StoredSettingsRef(d)),
+        |b| codec::decode_stored::<StoredSettings>("settings", b"k", b).map(|s| s.0),
+    );
+    check(
+        "user",
+        &USER,
+        &user(),
+        |u| codec::encode_stored(&StoredUser::from(u)),
+        |b| stored::<StoredUser, _>("users", b),
+    );
+    check(
+        "token",
+        &TOKEN,
+        &token(),
+        |t| codec::encode_stored(&StoredToken::from(t)),
+        |b| stored::<StoredToken, _>("tokens", b),
+    );
+    check(
+        "session",
+        &SESSION,
+        &session(),
+        |s| codec::encode_stored(&StoredSession::from(s)),
+        |b| stored::<StoredSession, _>("sessions", b),
+    );
+    check(
+        "rollup",
+        &ROLLUP,
+        &rollup(),
+        |r| codec::encode_stored(&StoredRollup::from(r)),
+        |b| stored::<StoredRollup, _>("history", b),
+    );
+    check(
+        "outbox event",
+        &OUTBOX_EVENT,
+        &outbox_event(),
+        |e| codec::encode_stored(&StoredOutboxEventRef::from(e)),
+        |b| stored::<StoredOutboxEvent, _>("outbox", b),
+    );
+    check(
+        "meta number",
+        &META_NUMBER,
+        &42u64,
+        |n| codec::encode("meta", n),
+        |b| codec::decode("meta", b"k", b),
+    );
+}
+
+/// Writes raw bytes into `table`, as an older release left them.
+fn put_raw(store: &Store, table: tables::Table, key: &[u8], value: &[u8]) {
+    let txn = store.db.begin_write().expect("begin");
+    {
+        let mut t = txn.open_table(table.def).expect("table");
+        t.insert(key, value).expect("insert");
+    }
+    txn.commit().expect("commit");
+}
+
+fn get_raw(store: &Store, table: tables::Table, key: &[u8]) -> Vec<u8> {
+    let txn = store.db.begin_read().expect("begin");
+    let t = txn.open_table(table.def).expect("table");
+    let v = t.get(key).expect("get").expect("present");
+    v.value().to_vec()
+}
+
+#[test]
+fn a_file_with_todays_bytes_reads_through_the_store_and_is_written_back_the_same() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    let task_key = b"pve-1\0nodes";
+    put_raw(&store, TASKS, task_key, &TASK.bytes());
+    put_raw(&store, INSTANCES, b"pve-1", &INSTANCE.bytes());
+    put_raw(&store, SETTINGS, b"monitoring", &SETTINGS_DOC.bytes());
+    put_raw(&store, USERS, b"admin", &USER.bytes());
+    let token_key = [7u8; 32];
+    put_raw(&store, TOKENS, &token_key, &TOKEN.bytes());
+    put_raw(&store, SESSIONS, b"s", &SESSION.bytes());
+    let minute = 1_764_480_000u64.to_be_bytes();
+    put_raw(&store, HISTORY, &minute, &ROLLUP.bytes());
+    put_raw(&store, OUTBOX, &1u64.to_be_bytes(), &OUTBOX_EVENT.bytes());
+    put_raw(&store, META, b"outbox_next_seq", &META_NUMBER_TWO);
+    drop(store);
+
+    // Reopened as a release would open an existing file.
+    let store = Store::open(dir.path()).expect("reopen");
+    let (tasks, bad) = store.load_tasks().expect("tasks");
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(tasks, vec![(TaskKey::new("pve-1", "nodes"), task())]);
+    assert_eq!(store.list_instances().expect("instances"), vec![instance()]);
+    assert_eq!(
+        store.get_settings("monitoring").expect("settings"),
+        Some(settings_doc())
+    );
+    assert_eq!(store.get_user("admin").expect("user"), Some(user()));
+    assert_eq!(store.list_tokens().expect("tokens"), vec![token()]);
+    assert_eq!(store.get_session("s").expect("session"), Some(session()));
+    assert_eq!(
+        store.history_since(0).expect("history"),
+        vec![(1_764_480_000, rollup())]
+    );
+    let page = store.outbox_page(0, 10).expect("outbox");
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].1.as_ref().expect("event"), &outbox_event());
+
+    // Written again through the store: the same bytes.
+    store
+        .write_tasks(&[(TaskKey::new("pve-1", "nodes"), Some(task()))])
+        .expect("task");
+    store.put_instance(&instance()).expect("instance");
+    store.put_settings("monitoring", &settings_doc()).expect("settings");
+    store.put_user(&user()).expect("user");
+    assert!(
+        store
+            .put_session("s", &session(), SessionWrite::Update)
+            .expect("session")
+    );
+    store.put_rollup(1_764_480_000, &rollup(), 0).expect("rollup");
+    store.delete_outbox(&[1]).expect("delete");
+    store.append_outbox(&[outbox_event()]).expect("outbox");
+    assert_eq!(get_raw(&store, TASKS, task_key), TASK.bytes());
+    assert_eq!(get_raw(&store, INSTANCES, b"pve-1"), INSTANCE.bytes());
+    assert_eq!(get_raw(&store, SETTINGS, b"monitoring"), SETTINGS_DOC.bytes());
+    assert_eq!(get_raw(&store, USERS, b"admin"), USER.bytes());
+    assert_eq!(get_raw(&store, SESSIONS, b"s"), SESSION.bytes());
+    assert_eq!(get_raw(&store, HISTORY, &minute), ROLLUP.bytes());
+    assert_eq!(get_raw(&store, OUTBOX, &2u64.to_be_bytes()), OUTBOX_EVENT.bytes());
+    assert_eq!(get_raw(&store, META, b"outbox_next_seq"), b"\x013");
+    // A token's bytes are written only when it is created (with a fresh secret).
+    let (_, info) = store
+        .create_token("grafana", TokenScope::Read, Timestamp(1_764_480_000_000))
+        .expect("token");
+    let digest = store
+        .db
+        .begin_read()
+        .expect("read")
+        .open_table(TOKENS.def)
+        .expect("table")
+        .iter()
+        .expect("iter")
+        .map(|e| e.expect("row").0.value().to_vec())
+        .find(|k| k.as_slice() != token_key)
+        .expect("the new token");
+    let want = TOKEN.bytes();
+    let want = String::from_utf8_lossy(&want).replace("0a1b2c3d", &info.id);
+    assert_eq!(String::from_utf8_lossy(&get_raw(&store, TOKENS, &digest)), want);
+}
+
+#[test]
+fn every_enum_value_has_its_fixed_name() {
+    use super::super::records::{decode_task, encode_task};
+    let kinds = [
+        (ErrorKind::Timeout, "timeout"),
+        (ErrorKind::Connect, "connect"),
+        (ErrorKind::Dns, "dns"),
+        (ErrorKind::Http, "http"),
+        (ErrorKind::RateLimited, "rate_limited"),
+        (ErrorKind::Tls, "tls"),
+        (ErrorKind::Body, "body"),
+        (ErrorKind::InvalidUrl, "invalid_url"),
+        (ErrorKind::InvalidCredentials, "invalid_credentials"),
+        (ErrorKind::Other, "other"),
+    ];
+    let breakers = [
+        (BreakerState::Closed, "closed"),
+        (BreakerState::Open, "open"),
+        (BreakerState::HalfOpen, "half_open"),
+    ];
+    let reasons = [
+        (DeadLetterReason::MaxRetryAttempts, "max_retry_attempts"),
+        (DeadLetterReason::PermanentFailure, "permanent_failure"),
+    ];
+    let categories = [
+        (ErrorCategory::Transient, "transient"),
+        (ErrorCategory::Permanent, "permanent"),
+    ];
+    let mut records = Vec::new();
+    for (kind, name) in kinds {
+        let error = PollError::new(ErrorCategory::Transient, kind, "m");
+        records.push((
+            TaskRecord {
+                last_error: Some(error),
+                ..TaskRecord::default()
+            },
+            format!(r#""kind":"{name}""#),
+        ));
+    }
+    for (category, name) in categories {
+        let error = PollError::new(category, ErrorKind::Other, "m");
+        records.push((
+            TaskRecord {
+                last_error: Some(error),
+                ..TaskRecord::default()
+            },
+            format!(r#""category":"{name}""#),
+        ));
+    }
+    for (breaker, name) in breakers {
+        records.push((
+            TaskRecord {
+                breaker,
+                ..TaskRecord::default()
+            },
+            format!(r#""breaker":"{name}""#),
+        ));
+    }
+    for (reason, name) in reasons {
+        let dead_letter = DeadLetterRecord {
+            reason,
+            ..DeadLetterRecord::default()
+        };
+        records.push((
+            TaskRecord {
+                dead_letter: Some(dead_letter),
+                ..TaskRecord::default()
+            },
+            format!(r#""reason":"{name}""#),
+        ));
+    }
+    for (record, needle) in records {
+        let bytes = encode_task(&record).expect("encode");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains(&needle), "{needle} not in {text}");
+        assert_eq!(decode_task(b"i\0g", &bytes).expect("decode").1, record);
+    }
+    for (scope, name) in [(TokenScope::Read, "read"), (TokenScope::Admin, "admin")] {
+        let info = TokenInfo { scope, ..token() };
+        let bytes = codec::encode_stored(&StoredToken::from(&info)).expect("encode");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains(&format!(r#""scope":"{name}""#)), "{text}");
+        assert_eq!(
+            stored::<StoredToken, TokenInfo>("tokens", &bytes).expect("decode"),
+            info
+        );
+    }
+}
+
+#[test]
+fn older_records_with_missing_fields_still_read() {
+    use super::super::records::{decode_instance, decode_task};
+    // A task written before most fields existed.
+    let (_, rec) = decode_task(b"web-1\0probe", b"\x01{\"next_run\":0,\"breaker\":\"closed\"}").expect("task");
+    assert_eq!(rec, TaskRecord::default());
+    // An instance with only what is required.
+    let inst = decode_instance(b"pve", b"\x01{\"name\":\"pve\",\"url\":\"https://pve:8006/\"}").expect("instance");
+    assert_eq!(inst, InstanceConfig::new("pve", "http", "https://pve:8006/"));
+    // A token from before scopes is an admin token; a session from before
+    // users were kept has none; a rollup's counts default to 0.
+    let t: TokenInfo =
+        stored::<StoredToken, _>("tokens", b"\x01{\"id\":\"0a0b0c0d\",\"name\":\"old\",\"created\":5}").expect("token");
+    assert_eq!(t.scope, TokenScope::Admin);
+    let s: SessionRow =
+        stored::<StoredSession, _>("sessions", b"\x01{\"expires\":1,\"record\":\"{}\"}").expect("session");
+    assert_eq!(s.user, None);
+    let r: Rollup = stored::<StoredRollup, _>("history", b"\x01{\"polls\":2}").expect("rollup");
+    assert_eq!(
+        r,
+        Rollup {
+            polls: 2,
+            ..Rollup::default()
+        }
+    );
+}
+
+#[test]
+fn unknown_fields_are_refused_in_an_instance_and_ignored_in_a_task() {
+    use super::super::records::{decode_instance, decode_task};
+    let err = decode_instance(b"a", b"\x01{\"name\":\"a\",\"url\":\"http://a/\",\"colour\":\"red\"}").unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { table: "instances", .. }), "{err:?}");
+    let err = decode_instance(
+        b"a",
+        b"\x01{\"name\":\"a\",\"url\":\"http://a/\",\"auth\":{\"kind\":\"none\",\"token\":\"t\"}}",
+    )
+    .unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    let (_, rec) = decode_task(b"i\0g", b"\x01{\"failures\":2,\"later_field\":true}").expect("task");
+    assert_eq!(rec.failures, 2);
+}
