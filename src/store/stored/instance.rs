@@ -9,13 +9,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::super::codec::{Encodes, FORMAT_JSON_V1, Versioned};
-use crate::model::{Auth, DEFAULT_MAX_RESPONSE_BYTES, InstanceConfig, duration_str};
+use crate::model::{Auth, DEFAULT_MAX_RESPONSE_BYTES, InstanceConfig, InstanceName, Secret, duration_str};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct StoredInstance {
     #[serde(rename = "name")]
-    name: String,
+    name: InstanceName,
     #[serde(rename = "type", default = "default_type")]
     type_name: String,
     #[serde(rename = "url")]
@@ -73,21 +73,21 @@ enum StoredAuth {
     #[serde(rename = "bearer")]
     Bearer {
         #[serde(rename = "token")]
-        token: String,
+        token: Secret,
     },
     #[serde(rename = "header")]
     Header {
         #[serde(rename = "name")]
         name: String,
         #[serde(rename = "value")]
-        value: String,
+        value: Secret,
     },
     #[serde(rename = "basic")]
     Basic {
         #[serde(rename = "username")]
         username: String,
         #[serde(rename = "password")]
-        password: String,
+        password: Secret,
     },
     #[serde(rename = "pve_token")]
     PveToken {
@@ -96,7 +96,7 @@ enum StoredAuth {
         #[serde(rename = "token_id")]
         token_id: String,
         #[serde(rename = "secret")]
-        secret: String,
+        secret: Secret,
     },
 }
 

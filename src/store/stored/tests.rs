@@ -95,7 +95,7 @@ const INSTANCE: Fixture = Fixture {
 
 fn instance() -> InstanceConfig {
     InstanceConfig {
-        name: "pve-1".into(),
+        name: InstanceName::parse("pve-1").expect("valid"),
         type_name: "proxmox_ve".into(),
         url: "https://pve.example:8006/".into(),
         timeout: Duration::from_millis(2_500),
