@@ -114,7 +114,7 @@ impl Shared {
             self.sched().release(key, now);
             return Err(e);
         }
-        self.sched().apply_op(key, rec.clone(), now);
+        self.sched().apply_op(key, op, rec.clone(), now);
         self.poke();
         Ok(rec)
     }

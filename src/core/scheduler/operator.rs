@@ -74,20 +74,49 @@ impl Scheduler {
         }
     }
 
-    /// A committed operator action: the task takes the planned record and
-    /// goes back on its schedule (unless the action parked it). A task in
-    /// flight keeps the record its poll will complete (an enable planned
-    /// while it ran changes nothing).
-    pub fn apply_op(&mut self, key: &TaskKey, rec: TaskRecord, now: Timestamp) {
+    /// A committed operator action: the task takes the committed record
+    /// and goes back on its schedule (unless the action parked it).
+    ///
+    /// A poll may have finished between [`Scheduler::prepare_op`] and now
+    /// (an Enable may be committed while the task is in flight). Its result
+    /// is not thrown away: the action is made again on the record the poll
+    /// left, and if that differs from the committed record the task is left
+    /// for the next group commit, which writes what memory holds. A task
+    /// still in flight keeps the record its poll will complete.
+    pub fn apply_op(&mut self, key: &TaskKey, op: OperatorOp, committed: TaskRecord, now: Timestamp) {
+        let Some(t) = self.tasks.get(key) else {
+            return;
+        };
+        let in_flight = t.is_in_flight();
+        let again = if in_flight {
+            None
+        } else {
+            Some(self.prepare_op(key, op, now))
+        };
         let Some(t) = self.tasks.get_mut(key) else {
             return;
         };
         t.frozen = false;
-        if !t.is_in_flight() {
-            t.rec = rec;
-            t.settle();
+        match again {
+            None => {}
+            Some(Ok(rec)) if rec == committed => {
+                t.rec = committed;
+                t.settle();
+            }
+            Some(Ok(rec)) => {
+                t.rec = rec;
+                t.settle();
+                self.dirty.insert(key.clone());
+            }
+            // The action no longer applies to what the poll left (a retry
+            // of a task that left the dead-letter queue): keep the poll's
+            // record, and write it over the committed one.
+            Some(Err(_)) => {
+                self.dirty.insert(key.clone());
+            }
         }
-        if t.is_parked() {
+        let parked = self.tasks.get(key).is_some_and(|t| t.is_parked());
+        if parked {
             self.queue.remove(key);
         } else {
             self.enqueue(key, now);
@@ -107,7 +136,7 @@ impl Scheduler {
     /// record left for the next group commit (for callers with no store).
     pub fn operate(&mut self, key: &TaskKey, op: OperatorOp, now: Timestamp) -> Result<TaskRecord, OpError> {
         let rec = self.prepare_op(key, op, now)?;
-        self.apply_op(key, rec.clone(), now);
+        self.apply_op(key, op, rec.clone(), now);
         self.dirty.insert(key.clone());
         Ok(rec)
     }

@@ -422,14 +422,14 @@ fn an_operator_action_changes_nothing_until_it_is_applied() {
     // A committed one becomes visible at once, and is not left for the
     // group commit (it is on disk already).
     s.freeze(&k("a"));
-    s.apply_op(&k("a"), rec.clone(), later);
+    s.apply_op(&k("a"), OperatorOp::Discard, rec.clone(), later);
     assert!(s.dead_letters().is_empty());
     assert_eq!(s.get(&k("a")).map(|t| &t.rec), Some(&rec));
     assert_eq!(s.queue_len(), 0, "a discarded task stays off the queue");
     assert!(s.take_dirty().0.is_empty());
     let rec = s.prepare_op(&k("a"), OperatorOp::Enable, later).expect("enable");
     s.freeze(&k("a"));
-    s.apply_op(&k("a"), rec, later);
+    s.apply_op(&k("a"), OperatorOp::Enable, rec, later);
     assert_eq!(s.pop_due(later).map(|d| d.key), Some(k("a")));
 }
 
@@ -616,9 +616,47 @@ fn an_enable_committed_while_a_poll_runs_keeps_the_task_off_the_queue_until_appl
     s.complete(&d.key, &ok(1), t0, &mut rng);
     assert!(s.get(&k("a")).is_some_and(|t| t.frozen && t.is_queued()));
     assert_eq!(s.queue_len(), 0, "not queued while the action is committed");
-    s.apply_op(&k("a"), rec, t0);
+    s.apply_op(&k("a"), OperatorOp::Enable, rec, t0);
     assert!(s.get(&k("a")).is_some_and(|t| !t.frozen && t.is_queued()));
     assert_eq!(s.queue_len(), 1);
+}
+
+#[test]
+fn a_probe_that_finishes_while_an_enable_is_committed_keeps_its_result() {
+    let mut settings = fixed();
+    settings.failure.dead_letter_after = 1;
+    let mut s = Scheduler::new(settings);
+    let mut rng = SmallRng::seed_from_u64(1);
+    let t0 = Timestamp(100 * SEC);
+    s.place(k("a"), meta(10), None, t0, true);
+    let d = s.pop_due(t0).expect("due");
+    s.complete(&d.key, &fail(), t0, &mut rng);
+    assert_eq!(s.dead_letters().len(), 1);
+    s.take_dirty();
+
+    // The recheck probe runs; an Enable is prepared and frozen meanwhile.
+    let at = s.get(&k("a")).expect("task").rec.next_run;
+    let probe = s.pop_due(at).expect("the recheck probe");
+    let rec = s.prepare_op(&k("a"), OperatorOp::Enable, at).expect("enable");
+    assert!(rec.dead_letter.is_some(), "prepared from the record before the probe");
+    s.freeze(&k("a"));
+    // The probe succeeds: the task leaves the dead-letter queue.
+    s.complete(&probe.key, &ok(7), at, &mut rng);
+    s.take_dirty();
+    // The Enable's commit lands after it: the probe's result stays, and the
+    // task is written again so the store does not keep the older record.
+    s.apply_op(&k("a"), OperatorOp::Enable, rec, at);
+    let t = s.get(&k("a")).expect("task");
+    assert!(t.rec.dead_letter.is_none(), "the probe's recovery was kept");
+    assert_eq!(t.rec.last_success, Some(at));
+    assert!(s.dead_letters().is_empty());
+    assert!(
+        s.take_dirty()
+            .0
+            .iter()
+            .any(|(key, r)| key == &k("a") && r.dead_letter.is_none()),
+        "left for the group commit"
+    );
 }
 
 #[test]
