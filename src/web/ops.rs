@@ -12,6 +12,7 @@ use crate::store::OutboxEvent;
 use serde::Serialize;
 use serde_json::Value;
 use std::time::{Duration, Instant};
+use utoipa::ToSchema;
 
 pub const SETTINGS_KEY: &str = "monitoring";
 /// The sink settings saved from the UI or API: a `[sink]` document, or null
@@ -140,22 +141,28 @@ pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<
 }
 
 /// The classified result of one test poll.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct TestResult {
     pub group: String,
     pub ok: bool,
+    /// The HTTP status, if a response came.
+    #[schema(required = true)]
     pub status: Option<u16>,
     #[serde(rename = "durationMs")]
     pub duration_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = super::api::openapi::count)]
     pub bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(inline)]
     pub error: Option<TestError>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct TestError {
+    #[schema(schema_with = super::api::openapi::error_category)]
     pub category: ErrorCategory,
+    #[schema(schema_with = super::api::openapi::error_kind)]
     pub kind: ErrorKind,
     pub message: String,
 }
