@@ -294,3 +294,65 @@ pub async fn test(
         results,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The view is the stored instance with the secrets left out, the URL
+    /// masked and `provisioned` added: the same fields, field for field.
+    #[test]
+    fn the_view_is_the_config_without_its_secrets() {
+        let mut i = InstanceConfig::new("pve1", "pve", "https://root:pw@pve.example:8006");
+        let bare = serde_json::to_value(&i).expect("config");
+        i.budget = Some("shared".into());
+        i.tls_fingerprint = Some("ab".repeat(32));
+        i.labels.insert("site".into(), "a".into());
+        i.shape.insert("nodes".into(), 3);
+        for (auth, shown) in [
+            (Auth::None {}, json!({"kind": "none"})),
+            (Auth::Bearer { token: "t".into() }, json!({"kind": "bearer"})),
+            (
+                Auth::Header {
+                    name: "X-Key".into(),
+                    value: "v".into(),
+                },
+                json!({"kind": "header", "name": "X-Key"}),
+            ),
+            (
+                Auth::Basic {
+                    username: "u".into(),
+                    password: "p".into(),
+                },
+                json!({"kind": "basic", "username": "u"}),
+            ),
+            (
+                Auth::PveToken {
+                    user: "root@pam".into(),
+                    token_id: "mon".into(),
+                    secret: "s".into(),
+                },
+                json!({"kind": "pve_token", "user": "root@pam", "token_id": "mon"}),
+            ),
+        ] {
+            i.auth = auth;
+            let mut expected = serde_json::to_value(&i).expect("config");
+            expected["auth"] = shown;
+            expected["url"] = json!(crate::web::redact::mask_url(&i.url));
+            expected["provisioned"] = json!(true);
+            assert_eq!(serde_json::to_value(Instance::of(&i, true)).ok(), Some(expected));
+        }
+        // Optional fields the config leaves out are left out of the view.
+        let view = serde_json::to_value(Instance::of(
+            &InstanceConfig::new("pve1", "pve", "https://root:pw@pve.example:8006"),
+            false,
+        ))
+        .expect("view");
+        let keys = |v: &Value| v.as_object().map(|m| m.keys().cloned().collect::<Vec<_>>());
+        let mut expected_keys = keys(&bare).unwrap_or_default();
+        expected_keys.push("provisioned".into());
+        expected_keys.sort();
+        assert_eq!(keys(&view), Some(expected_keys));
+        assert!(!view["url"].as_str().unwrap_or_default().contains("pw"), "{view}");
+    }
+}
