@@ -739,6 +739,54 @@ mod tests {
         round_trip::<Profile>(PROFILES);
     }
 
+    /// The keys of `sent` that `schema` (an object schema) does not name.
+    fn undocumented(schema: &Value, sent: &Value) -> Vec<String> {
+        let props = schema["properties"].as_object().cloned().unwrap_or_default();
+        sent.as_object()
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .filter(|k| !props.contains_key(*k))
+            .cloned()
+            .collect()
+    }
+
+    /// The schemas kept by hand close their objects (`additionalProperties:
+    /// false`): every field the types send or take must be in them.
+    #[test]
+    fn the_hand_kept_schemas_name_every_field_of_their_types() {
+        use crate::model::{InstanceConfig, MonitoringSettings, Profile};
+        let doc = doc();
+        let s = &doc["components"]["schemas"];
+
+        let mut settings = MonitoringSettings::default();
+        settings.scheduler.profile = Some(Profile::Standard);
+        let sent = serde_json::to_value(&settings).expect("settings");
+        for section in ["adaptive", "scheduler", "failure"] {
+            for schema in ["MonitoringSettings", "MonitoringSettingsPatch"] {
+                let missing = undocumented(&s[schema]["properties"][section], &sent[section]);
+                assert!(missing.is_empty(), "{schema}.{section}: {missing:?}");
+            }
+        }
+
+        let mut i = InstanceConfig::new("a", "http", "http://x");
+        i.budget = Some("p".into());
+        i.tls_fingerprint = Some("ab".repeat(32));
+        i.shape.insert("nodes".into(), 1);
+        let sent = serde_json::to_value(&i).expect("instance");
+        for schema in ["InstanceInput", "InstanceUpdate", "Instance"] {
+            assert_eq!(undocumented(&s[schema], &sent), Vec::<String>::new(), "{schema}");
+        }
+
+        let mut sink = crate::config::SinkConfig::new("http://x");
+        sink.headers.insert("Authorization".into(), "secret".into());
+        let sent = crate::web::ops::sink_json(&sink);
+        assert_eq!(
+            undocumented(&s["SinkDocument"]["properties"]["sink"], &sent),
+            Vec::<String>::new()
+        );
+        assert_eq!(undocumented(&s["SinkPatch"]["oneOf"][1], &sent), Vec::<String>::new());
+    }
+
     #[test]
     fn a_3_1_schema_becomes_3_0() {
         let mut v = json!({"openapi": "3.1.0", "components": {"schemas": {
