@@ -227,6 +227,25 @@ pub fn positive_duration() -> Object {
         .build()
 }
 
+pub fn duration_or_zero() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(DURATION_PATTERN))
+        .examples(["0s"])
+        .build()
+}
+
+/// A map whose values are all hidden.
+pub fn hidden_values() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(RefOr::T(Schema::Object(string_enum(
+            &[crate::model::HIDDEN],
+            false,
+        )))))
+        .build()
+}
+
 /// The raw bytes of a download.
 pub fn binary() -> Object {
     ObjectBuilder::new()
@@ -461,16 +480,6 @@ fn hand_schemas(types: &[&str]) -> Value {
         "dead_letter_after": {"type": "integer", "minimum": 1, "maximum": 100},
         "dead_letter_recheck": duration}});
     json!({
-        "SinkDocument": {"type": "object", "required": ["sink", "locked", "status"], "properties": {
-            "sink": {"type": "object", "nullable": true, "properties": {
-                "url": {"type": "string"}, "headers": {"type": "object", "additionalProperties": {"type": "string", "enum": [crate::model::HIDDEN]}},
-                "batch_size": {"type": "integer"}, "buffering": duration.clone(), "retry_limit": duration_or_zero.clone(),
-                "queue_limit": {"type": "integer"}, "gzip": {"type": "boolean"}}},
-            "locked": {"type": "object", "additionalProperties": {"type": "string"}},
-            "status": {"type": "object", "properties": {
-                "enabled": {"type": "boolean"}, "queue_depth": {"type": "integer"}, "consecutive_failures": {"type": "integer"},
-                "retry_wait_ms": {"type": "integer"}, "next_attempt_at": {"type": "string", "nullable": true},
-                "last_error": {"type": "string", "nullable": true}, "counters": {"type": "object"}, "batches": {"type": "object"}}}}},
         "BudgetPatch": {"type": "object", "additionalProperties": false,
             "description": "the fields to change; a new pool needs requests_per_second",
             "properties": {"name": {"type": "string", "description": "if given, must equal the name in the path"},
