@@ -47,8 +47,9 @@ fn ts(t: Option<Timestamp>) -> Option<String> {
     t.map(|t| t.to_rfc3339())
 }
 
-/// `GET /healthz` and `/readyz`: `{"status": ...}`, with the reason when not ready.
-#[derive(Debug, Serialize, ToSchema)]
+/// `GET /healthz` and `/readyz` (no token, not part of the API document):
+/// `{"status": ...}`, with the reason when not ready.
+#[derive(Debug, Serialize)]
 pub struct Probe {
     pub status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
