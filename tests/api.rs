@@ -653,6 +653,53 @@ async fn times_past_the_year_9999_do_not_break_the_api() {
     app.stop().await;
 }
 
+/// The document and the router agree on every path: a method the document
+/// does not list for a path is refused with 405, and `Allow` names exactly
+/// the documented methods (and HEAD beside GET).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_lists_every_method_the_router_serves() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let doc = app.get_json("/api/openapi.json").await;
+    let paths = doc["paths"].as_object().expect("paths");
+    let mut checked = 0;
+    for (path, item) in paths.iter().filter(|(p, _)| p.starts_with("/api/")) {
+        let concrete = path
+            .replace("{instance}", "x")
+            .replace("{group}", "probe")
+            .replace("{name}", "x");
+        let mut documented: Vec<String> = item
+            .as_object()
+            .expect("path item")
+            .keys()
+            .filter(|m| *m != "parameters")
+            .map(|m| m.to_uppercase())
+            .collect();
+        if documented.iter().any(|m| m == "GET") {
+            documented.push("HEAD".into());
+        }
+        documented.sort();
+        let r = app
+            .client
+            .patch(app.url(&concrete))
+            .bearer_auth(&app.token)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status().as_u16(), 405, "PATCH {path}");
+        let allow = r
+            .headers()
+            .get("allow")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let mut served: Vec<String> = allow.split(',').map(|m| m.trim().to_string()).collect();
+        served.sort();
+        assert_eq!(served, documented, "{path}: Allow {allow:?}");
+        checked += 1;
+    }
+    assert!(checked >= 15, "only {checked} paths documented");
+    app.stop().await;
+}
+
 /// The OpenAPI document is valid OpenAPI 3.0 where schemathesis found it
 /// was not, and names the instance types this appliance knows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

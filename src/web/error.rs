@@ -5,7 +5,8 @@ use crate::model::FieldError;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -59,13 +60,52 @@ impl ApiError {
     }
 }
 
+/// The body of every error answer: `{"error": {...}}`.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    #[schema(inline)]
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable, machine-readable name of the error (`not_found`, `invalid`, ...).
+    pub code: &'static str,
+    pub message: String,
+    /// The field or query parameter the error is about, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::web::api::openapi::plain_string)]
+    pub field: Option<String>,
+}
+
+/// The body of a 422 (sent as an [`ErrorBody`]): the error always names
+/// the invalid field.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = FieldError)]
+pub struct FieldErrorBody {
+    #[schema(inline)]
+    pub error: FieldErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FieldErrorDetail {
+    pub code: &'static str,
+    pub message: String,
+    /// The invalid field, dotted (`scheduler.workers`); empty for the whole body.
+    pub field: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = json!({"code": self.code, "message": self.message});
-        if let Some(f) = self.field {
-            body["field"] = json!(f);
-        }
-        let mut resp = (self.status, Json(json!({ "error": body }))).into_response();
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+                field: self.field,
+            },
+        };
+        let mut resp = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,

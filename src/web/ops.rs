@@ -11,7 +11,9 @@ use crate::sink::event::{Event, SettingsSection};
 use crate::store::OutboxEvent;
 use serde::Serialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use utoipa::ToSchema;
 
 pub const SETTINGS_KEY: &str = "monitoring";
 /// The sink settings saved from the UI or API: a `[sink]` document, or null
@@ -140,22 +142,28 @@ pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<
 }
 
 /// The classified result of one test poll.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct TestResult {
     pub group: String,
     pub ok: bool,
+    /// The HTTP status, if a response came.
+    #[schema(required = true)]
     pub status: Option<u16>,
     #[serde(rename = "durationMs")]
     pub duration_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = super::api::openapi::count)]
     pub bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(inline)]
     pub error: Option<TestError>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct TestError {
+    #[schema(schema_with = super::api::openapi::error_category)]
     pub category: ErrorCategory,
+    #[schema(schema_with = super::api::openapi::error_kind)]
     pub kind: ErrorKind,
     pub message: String,
 }
@@ -323,17 +331,40 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
     Ok(budget)
 }
 
-/// A sink's settings as the API and pages show them: header values and any
-/// password in the URL hidden.
-pub fn sink_json(c: &SinkConfig) -> Value {
-    let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
-    v["url"] = Value::String(super::redact::mask_url(&c.url));
-    if let Some(h) = v.get_mut("headers").and_then(Value::as_object_mut) {
-        for value in h.values_mut() {
-            *value = Value::String(crate::model::HIDDEN.into());
+/// A sink's settings as the API and pages show them: the `[sink]` fields,
+/// with header values and any password in the URL hidden.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SinkShown {
+    pub url: String,
+    /// Header names; every value shows as `(hidden)`.
+    #[schema(schema_with = super::api::openapi::hidden_values)]
+    pub headers: BTreeMap<String, &'static str>,
+    pub batch_size: usize,
+    #[schema(schema_with = super::api::openapi::positive_duration)]
+    pub buffering: String,
+    #[schema(schema_with = super::api::openapi::duration_or_zero)]
+    pub retry_limit: String,
+    pub queue_limit: usize,
+    pub gzip: bool,
+}
+
+impl SinkShown {
+    pub fn of(c: &SinkConfig) -> Self {
+        SinkShown {
+            url: super::redact::mask_url(&c.url),
+            headers: c.headers.keys().map(|k| (k.clone(), crate::model::HIDDEN)).collect(),
+            batch_size: c.batch_size,
+            buffering: crate::model::duration_str::format(c.buffering),
+            retry_limit: crate::model::duration_str::format(c.retry_limit),
+            queue_limit: c.queue_limit,
+            gzip: c.gzip,
         }
     }
-    v
+}
+
+/// [`SinkShown`] as JSON, for the settings event.
+pub fn sink_json(c: &SinkConfig) -> Value {
+    serde_json::to_value(SinkShown::of(c)).unwrap_or(Value::Null)
 }
 
 /// Change the event sink: `null` (or `{"enabled": false}`) turns it off;

@@ -10,10 +10,22 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The backup: a redb database file.
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct RedbFile(pub Vec<u8>);
+
 /// Numbers the temporary copies, so backups asked for at the same moment
 /// never share (and corrupt) one file.
 static BACKUP_SEQ: AtomicU64 = AtomicU64::new(0);
 
+#[utoipa::path(
+    get,
+    path = "/api/admin/backup",
+    operation_id = "backup",
+    summary = "Consistent copy of the database",
+    responses((status = 200, description = "redb file", content_type = "application/octet-stream", body = inline(RedbFile))),
+)]
 pub async fn backup(State(app): State<AppState>) -> Result<Response, ApiError> {
     let dir = app
         .shared

@@ -3,38 +3,96 @@
 //! with 409 when it would push a pool with no profile over its target,
 //! stored, and applied at once.
 
+use super::openapi;
 use crate::web::auth::Principal;
 use crate::web::error::{ApiError, JsonBody};
+use crate::web::error::{ErrorBody, FieldErrorBody};
 use crate::web::{AppState, ops};
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
-fn pool_json(app: &AppState, b: &crate::model::BudgetConfig) -> Value {
-    let pool = app.shared.pool_budget(&b.name);
-    json!({
-        "name": b.name,
-        "requests_per_second": b.requests_per_second,
-        "shared_fraction": b.shared_fraction,
-        "burst": b.burst,
-        "budget_rps": b.budget_rps(),
-        "effective_budget_rps": pool.effective_rps,
-        "instances": pool.instances,
+/// A budget pool: as configured, and the budget in force now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Budget {
+    pub name: String,
+    pub requests_per_second: f64,
+    pub shared_fraction: f64,
+    pub burst: u32,
+    /// `requests_per_second × shared_fraction`.
+    pub budget_rps: f64,
+    /// The budget in force (AIMD may have lowered it).
+    pub effective_budget_rps: f64,
+    /// Instances in the pool.
+    #[schema(required = false)]
+    pub instances: usize,
+}
+
+impl Budget {
+    fn of(app: &AppState, b: &crate::model::BudgetConfig) -> Self {
+        let pool = app.shared.pool_budget(&b.name);
+        Budget {
+            name: b.name.clone(),
+            requests_per_second: b.requests_per_second,
+            shared_fraction: b.shared_fraction,
+            burst: b.burst,
+            budget_rps: b.budget_rps(),
+            effective_budget_rps: pool.effective_rps,
+            instances: pool.instances,
+        }
+    }
+}
+
+/// `GET /api/budgets`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BudgetList {
+    pub budgets: Vec<Budget>,
+}
+
+/// The path of a budget pool.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct PoolPath {
+    #[param(schema_with = openapi::name)]
+    pub name: String,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/budgets",
+    operation_id = "listBudgets",
+    summary = "Budget pools with their configured and effective budgets",
+    responses((status = 200, description = "pools", body = BudgetList)),
+)]
+pub async fn list(State(app): State<AppState>) -> Json<BudgetList> {
+    let cat = app.shared.catalog();
+    Json(BudgetList {
+        budgets: cat.budgets.iter().map(|b| Budget::of(&app, b)).collect(),
     })
 }
 
-pub async fn list(State(app): State<AppState>) -> Json<Value> {
-    let cat = app.shared.catalog();
-    let pools: Vec<Value> = cat.budgets.iter().map(|b| pool_json(&app, b)).collect();
-    Json(json!({ "budgets": pools }))
-}
-
+#[utoipa::path(
+    put,
+    path = "/api/budgets/{name}",
+    operation_id = "putBudget",
+    summary = "Change or create a budget pool (partial document; applies at once, survives restarts)",
+    params(PoolPath),
+    request_body(content = ref("#/components/schemas/BudgetPatch"), content_type = "application/json"),
+    responses(
+        (status = 200, description = "the pool in force", body = Budget),
+        (status = 400, description = "not JSON", body = ErrorBody),
+        (status = 409, description = "the change would push the pool over its target with no profile set (code over_budget)", body = ErrorBody),
+        (status = 422, description = "invalid value (a new pool needs requests_per_second), naming the field", body = FieldErrorBody),
+    ),
+)]
 pub async fn put(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
-    Path(name): Path<String>,
+    Path(PoolPath { name }): Path<PoolPath>,
     JsonBody(patch): JsonBody<Value>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Budget>, ApiError> {
     if !crate::model::valid_name(&name) {
         return Err(ApiError::invalid(crate::model::FieldError::new(
             "name",
@@ -43,5 +101,5 @@ pub async fn put(
         )));
     }
     let b = ops::save_budget(&app, &name, patch, &who.actor()).await?;
-    Ok(Json(pool_json(&app, &b)))
+    Ok(Json(Budget::of(&app, &b)))
 }

@@ -2,44 +2,150 @@
 //! API shows the auth kind and non-secret parts, never a secret. Instances
 //! from the config file are provisioned and read-only here.
 
+use super::openapi;
 use crate::model::{Auth, FieldError, InstanceConfig};
 use crate::web::AppState;
 use crate::web::auth::Principal;
-use crate::web::error::{ApiError, JsonBody, QueryParams, from_json_object};
-use crate::web::ops;
+use crate::web::error::{ApiError, ErrorBody, FieldErrorBody, JsonBody, QueryParams, from_json_object};
+use crate::web::ops::{self, TestResult};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use utoipa::{IntoParams, ToSchema};
 
-/// The API view of an instance: no secrets.
-pub fn instance_json(i: &InstanceConfig, provisioned: bool) -> Value {
-    let mut v = serde_json::to_value(i).unwrap_or(Value::Null);
-    let auth = match &i.auth {
-        Auth::None {} => json!({"kind": "none"}),
-        Auth::Bearer { .. } => json!({"kind": "bearer"}),
-        Auth::Header { name, .. } => json!({"kind": "header", "name": name}),
-        Auth::Basic { username, .. } => json!({"kind": "basic", "username": username}),
-        Auth::PveToken { user, token_id, .. } => json!({"kind": "pve_token", "user": user, "token_id": token_id}),
-    };
-    v["auth"] = auth;
-    v["url"] = json!(crate::web::redact::mask_url(&i.url));
-    v["provisioned"] = json!(provisioned);
-    v
+/// The API view of an instance: the `[[instances]]` fields with the
+/// credentials' secrets left out and any password in the URL hidden.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Instance {
+    #[schema(schema_with = openapi::name)]
+    pub name: String,
+    /// A built-in, preset or configured type.
+    #[serde(rename = "type")]
+    pub type_name: String,
+    #[schema(schema_with = openapi::instance_url)]
+    pub url: String,
+    #[schema(required = false, schema_with = openapi::positive_duration)]
+    pub timeout: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = openapi::plain_string)]
+    pub budget: Option<String>,
+    #[schema(required = false)]
+    pub labels: BTreeMap<String, String>,
+    #[schema(required = false)]
+    pub enabled: bool,
+    #[schema(required = false)]
+    pub auth: AuthView,
+    #[schema(required = false)]
+    pub tls_verify: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = openapi::plain_string)]
+    pub tls_fingerprint: Option<String>,
+    #[schema(required = false, minimum = 1, maximum = 1073741824)]
+    pub max_response_bytes: u64,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(required = false)]
+    pub shape: BTreeMap<String, u64>,
+    /// Defined in the config file, so read-only here.
+    pub provisioned: bool,
 }
 
-#[derive(Debug, Deserialize)]
+/// Credentials as the API shows them: the kind and the parts that are not
+/// secret.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AuthView {
+    None,
+    Bearer,
+    Header { name: String },
+    Basic { username: String },
+    PveToken { user: String, token_id: String },
+}
+
+impl Instance {
+    pub fn of(i: &InstanceConfig, provisioned: bool) -> Self {
+        let auth = match &i.auth {
+            Auth::None {} => AuthView::None,
+            Auth::Bearer { .. } => AuthView::Bearer,
+            Auth::Header { name, .. } => AuthView::Header { name: name.clone() },
+            Auth::Basic { username, .. } => AuthView::Basic {
+                username: username.clone(),
+            },
+            Auth::PveToken { user, token_id, .. } => AuthView::PveToken {
+                user: user.clone(),
+                token_id: token_id.clone(),
+            },
+        };
+        Instance {
+            name: i.name.clone(),
+            type_name: i.type_name.clone(),
+            url: crate::web::redact::mask_url(&i.url),
+            timeout: crate::model::duration_str::format(i.timeout),
+            budget: i.budget.clone(),
+            labels: i.labels.clone(),
+            enabled: i.enabled,
+            auth,
+            tls_verify: i.tls_verify,
+            tls_fingerprint: i.tls_fingerprint.clone(),
+            max_response_bytes: i.max_response_bytes,
+            shape: i.shape.clone(),
+            provisioned,
+        }
+    }
+}
+
+/// `GET /api/instances`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InstanceList {
+    pub count: usize,
+    pub instances: Vec<Instance>,
+}
+
+/// The results of `POST /api/instances/{name}/test`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InstanceTest {
+    pub instance: String,
+    pub results: Vec<TestResult>,
+}
+
+/// The path of an instance.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct NamePath {
+    pub name: String,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Substring of the name or URL.
     pub q: Option<String>,
+    /// Only instances of this type.
     #[serde(rename = "type")]
     pub type_name: Option<String>,
 }
 
-pub async fn list(State(app): State<AppState>, QueryParams(q): QueryParams<ListQuery>) -> Json<Value> {
+#[utoipa::path(
+    get,
+    path = "/api/instances",
+    operation_id = "listInstances",
+    summary = "List instances",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "instances", body = InstanceList, links(
+            ("GetInstance" = (operation_id = "getInstance", parameters(("name" = "$response.body#/instances/0/name")))),
+            ("UpdateInstance" = (operation_id = "updateInstance", parameters(("name" = "$response.body#/instances/0/name")))),
+            ("TestInstance" = (operation_id = "testInstance", parameters(("name" = "$response.body#/instances/0/name")))),
+            ("DeleteInstance" = (operation_id = "deleteInstance", parameters(("name" = "$response.body#/instances/0/name")))),
+        )),
+        (status = 400, description = "a query parameter given twice (named in `field`)", body = ErrorBody),
+    ),
+)]
+pub async fn list(State(app): State<AppState>, QueryParams(q): QueryParams<ListQuery>) -> Json<InstanceList> {
     let cat = app.shared.catalog();
-    let items: Vec<Value> = cat
+    let instances: Vec<Instance> = cat
         .instances
         .values()
         .filter(|e| q.type_name.as_ref().is_none_or(|t| &e.config.type_name == t))
@@ -48,36 +154,86 @@ pub async fn list(State(app): State<AppState>, QueryParams(q): QueryParams<ListQ
                 e.config.name.contains(s.as_str()) || crate::web::redact::mask_url(&e.config.url).contains(s.as_str())
             })
         })
-        .map(|e| instance_json(&e.config, e.provisioned))
+        .map(|e| Instance::of(&e.config, e.provisioned))
         .collect();
-    Json(json!({"count": items.len(), "instances": items}))
+    Json(InstanceList {
+        count: instances.len(),
+        instances,
+    })
 }
 
-pub async fn get(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/api/instances/{name}",
+    operation_id = "getInstance",
+    summary = "One instance",
+    params(NamePath),
+    responses(
+        (status = 200, description = "instance", body = Instance),
+        (status = 404, description = "no such instance", body = ErrorBody),
+    ),
+)]
+pub async fn get(
+    State(app): State<AppState>,
+    Path(NamePath { name }): Path<NamePath>,
+) -> Result<Json<Instance>, ApiError> {
     let cat = app.shared.catalog();
     let e = cat
         .instances
         .get(&name)
         .ok_or_else(|| ApiError::not_found(format!("no instance named {name:?}")))?;
-    Ok(Json(instance_json(&e.config, e.provisioned)))
+    Ok(Json(Instance::of(&e.config, e.provisioned)))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/instances",
+    operation_id = "createInstance",
+    summary = "Add an instance",
+    request_body(content = ref("#/components/schemas/InstanceInput"), content_type = "application/json"),
+    responses(
+        (status = 201, description = "created", body = Instance, links(
+            ("GetInstance" = (operation_id = "getInstance", parameters(("name" = "$response.body#/name")))),
+            ("UpdateInstance" = (operation_id = "updateInstance", parameters(("name" = "$response.body#/name")))),
+            ("TestInstance" = (operation_id = "testInstance", parameters(("name" = "$response.body#/name")))),
+            ("DeleteInstance" = (operation_id = "deleteInstance", parameters(("name" = "$response.body#/name")))),
+        )),
+        (status = 400, description = "not JSON", body = ErrorBody),
+        (status = 409, description = "duplicate name, or the change would push a budget pool with no profile over its target (code over_budget)", body = ErrorBody),
+        (status = 422, description = "invalid field, named", body = FieldErrorBody),
+    ),
+)]
 pub async fn create(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
     JsonBody(doc): JsonBody<Value>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Instance>), ApiError> {
     let i: InstanceConfig = from_json_object(&doc)?;
     ops::create_instance(&app, i.clone(), &who.actor()).await?;
-    Ok((StatusCode::CREATED, Json(instance_json(&i, false))))
+    Ok((StatusCode::CREATED, Json(Instance::of(&i, false))))
 }
 
+#[utoipa::path(
+    put,
+    path = "/api/instances/{name}",
+    operation_id = "updateInstance",
+    summary = "Replace an instance (omit `auth` to keep the stored credentials)",
+    params(NamePath),
+    request_body(content = ref("#/components/schemas/InstanceUpdate"), content_type = "application/json"),
+    responses(
+        (status = 200, description = "updated", body = Instance),
+        (status = 400, description = "not JSON", body = ErrorBody),
+        (status = 404, description = "no such instance", body = ErrorBody),
+        (status = 409, description = "provisioned by the config file, or over budget (code over_budget)", body = ErrorBody),
+        (status = 422, description = "invalid field, named", body = FieldErrorBody),
+    ),
+)]
 pub async fn update(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
-    Path(name): Path<String>,
+    Path(NamePath { name }): Path<NamePath>,
     JsonBody(mut doc): JsonBody<Value>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Instance>, ApiError> {
     if !app.shared.catalog().instances.contains_key(&name) {
         return Err(ApiError::not_found(format!("no instance named {name:?}")));
     }
@@ -91,13 +247,25 @@ pub async fn update(
     let keep_auth = !obj.contains_key("auth");
     let i: InstanceConfig = from_json_object(&doc)?;
     let i = ops::update_instance(&app, &name, i, keep_auth, &who.actor()).await?;
-    Ok(Json(instance_json(&i, false)))
+    Ok(Json(Instance::of(&i, false)))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/api/instances/{name}",
+    operation_id = "deleteInstance",
+    summary = "Delete an instance",
+    params(NamePath),
+    responses(
+        (status = 204, description = "deleted"),
+        (status = 404, description = "no such instance", body = ErrorBody),
+        (status = 409, description = "provisioned by the config file", body = ErrorBody),
+    ),
+)]
 pub async fn delete(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
-    Path(name): Path<String>,
+    Path(NamePath { name }): Path<NamePath>,
 ) -> Result<StatusCode, ApiError> {
     ops::delete_instance(&app, &name, &who.actor()).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -105,7 +273,86 @@ pub async fn delete(
 
 /// Run every group of the instance once, now, outside the schedule, and show
 /// the classified result of each.
-pub async fn test(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(
+    post,
+    path = "/api/instances/{name}/test",
+    operation_id = "testInstance",
+    summary = "Poll every group of the instance once, now, and show the classified results",
+    params(NamePath),
+    responses(
+        (status = 200, description = "results", body = InstanceTest),
+        (status = 404, description = "no such instance", body = ErrorBody),
+    ),
+)]
+pub async fn test(
+    State(app): State<AppState>,
+    Path(NamePath { name }): Path<NamePath>,
+) -> Result<Json<InstanceTest>, ApiError> {
     let results = ops::test_instance(&app, &name).await?;
-    Ok(Json(json!({"instance": name, "results": results})))
+    Ok(Json(InstanceTest {
+        instance: name,
+        results,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The view is the stored instance with the secrets left out, the URL
+    /// masked and `provisioned` added: the same fields, field for field.
+    #[test]
+    fn the_view_is_the_config_without_its_secrets() {
+        let mut i = InstanceConfig::new("pve1", "pve", "https://root:pw@pve.example:8006");
+        let bare = serde_json::to_value(&i).expect("config");
+        i.budget = Some("shared".into());
+        i.tls_fingerprint = Some("ab".repeat(32));
+        i.labels.insert("site".into(), "a".into());
+        i.shape.insert("nodes".into(), 3);
+        for (auth, shown) in [
+            (Auth::None {}, json!({"kind": "none"})),
+            (Auth::Bearer { token: "t".into() }, json!({"kind": "bearer"})),
+            (
+                Auth::Header {
+                    name: "X-Key".into(),
+                    value: "v".into(),
+                },
+                json!({"kind": "header", "name": "X-Key"}),
+            ),
+            (
+                Auth::Basic {
+                    username: "u".into(),
+                    password: "p".into(),
+                },
+                json!({"kind": "basic", "username": "u"}),
+            ),
+            (
+                Auth::PveToken {
+                    user: "root@pam".into(),
+                    token_id: "mon".into(),
+                    secret: "s".into(),
+                },
+                json!({"kind": "pve_token", "user": "root@pam", "token_id": "mon"}),
+            ),
+        ] {
+            i.auth = auth;
+            let mut expected = serde_json::to_value(&i).expect("config");
+            expected["auth"] = shown;
+            expected["url"] = json!(crate::web::redact::mask_url(&i.url));
+            expected["provisioned"] = json!(true);
+            assert_eq!(serde_json::to_value(Instance::of(&i, true)).ok(), Some(expected));
+        }
+        // Optional fields the config leaves out are left out of the view.
+        let view = serde_json::to_value(Instance::of(
+            &InstanceConfig::new("pve1", "pve", "https://root:pw@pve.example:8006"),
+            false,
+        ))
+        .expect("view");
+        let keys = |v: &Value| v.as_object().map(|m| m.keys().cloned().collect::<Vec<_>>());
+        let mut expected_keys = keys(&bare).unwrap_or_default();
+        expected_keys.push("provisioned".into());
+        expected_keys.sort();
+        assert_eq!(keys(&view), Some(expected_keys));
+        assert!(!view["url"].as_str().unwrap_or_default().contains("pw"), "{view}");
+    }
 }

@@ -1,10 +1,27 @@
-//! `GET /api/openapi.json`: an OpenAPI 3 description of the JSON API. The
+//! `GET /api/openapi.json`: an OpenAPI 3.0 description of the JSON API,
+//! generated with utoipa from the handlers' `#[utoipa::path]` attributes and
+//! the body types' `ToSchema` derives, so the document follows the code. The
 //! router test walks this document, so a route missing here fails a test.
+//!
+//! utoipa writes OpenAPI 3.1; [`to_openapi_3_0`] turns the few 3.1 forms it
+//! uses (type arrays with `null`, numeric exclusive bounds) into their 3.0
+//! spelling, which the clients and test tools of the API read. The request
+//! bodies whose types live in the model and configuration (`InstanceConfig`,
+//! the monitoring settings, the sink and budget patches) carry rules JSON
+//! Schema states only by hand (patterns, bounds, one schema per credential
+//! kind): [`hand_schemas`] keeps them.
 
+use super::{admin, budgets, dead_letter, groups, health, instances, settings, sink};
 use crate::web::AppState;
+use crate::web::error::{ErrorBody, FieldErrorBody};
 use axum::Json;
 use axum::extract::State;
+use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, SchemaType, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{Object, Ref, RefOr, Schema};
+use utoipa::{IntoParams, Modify, OpenApi};
 
 /// A duration as the settings write and show it: `250ms`, `10s`, `1h30m`,
 /// `2days` (the parser also takes spaces and longer unit names).
@@ -13,231 +30,390 @@ pub const DURATION_PATTERN: &str = "^([0-9]{1,9}(ns|us|ms|s|m|h|d|days?|w|weeks?
 pub const POSITIVE_DURATION_PATTERN: &str = "^[1-9][0-9]{0,8}(ns|us|ms|s|m|h|d|days?|w|weeks?|months?|y|years?)([0-9]{1,9}(ns|us|ms|s|m|h|d|days?|w|weeks?|months?|y|years?))*$";
 /// Names of instances and pools ([`crate::model::valid_name`]).
 pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$";
+/// An instance or sink URL: http or https, with a host.
+pub const URL_PATTERN: &str = "^https?://[^/?#]+";
 
-fn err(desc: &str) -> Value {
-    json!({"description": desc, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
-}
+/// The API: every operation, and the schemas they name.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Pollster API",
+        description = "Scheduler health, dead-letter queue, instances and monitoring settings. Every route needs `Authorization: Bearer <token>`."
+    ),
+    paths(
+        health::scheduler_health,
+        dead_letter::list,
+        dead_letter::retry,
+        dead_letter::discard,
+        dead_letter::enable,
+        groups::list,
+        sink::get,
+        sink::put,
+        sink::test,
+        budgets::list,
+        budgets::put,
+        status_page,
+        settings::get,
+        settings::put,
+        instances::list,
+        instances::create,
+        instances::get,
+        instances::update,
+        instances::delete,
+        instances::test,
+        admin::backup,
+        openapi,
+    ),
+    components(schemas(ErrorBody, FieldErrorBody)),
+    security(("bearer" = [])),
+    modifiers(&Contract)
+)]
+pub struct ApiDoc;
 
-/// 422: the error names the field (`""` for the whole body).
-fn invalid(desc: &str) -> Value {
-    json!({"description": desc, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/FieldError"}}}})
-}
+/// What the derive cannot say: the security scheme, the `Name` schema, and
+/// no contact or licence taken from the package.
+struct Contract;
 
-fn ok(desc: &str, schema: Value) -> Value {
-    json!({"description": desc, "content": {"application/json": {"schema": schema}}})
-}
-
-fn task_params() -> Value {
-    json!([
-        {"name": "instance", "in": "path", "required": true, "schema": {"type": "string"}},
-        {"name": "group", "in": "path", "required": true, "schema": {"type": "string"}}
-    ])
-}
-
-fn name_param() -> Value {
-    json!([{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}])
-}
-
-/// Links from a response carrying an instance name to the operations on it.
-fn instance_links(pointer: &str) -> Value {
-    let name = json!({"name": format!("$response.body#{pointer}")});
-    json!({
-        "GetInstance": {"operationId": "getInstance", "parameters": name},
-        "UpdateInstance": {"operationId": "updateInstance", "parameters": name},
-        "TestInstance": {"operationId": "testInstance", "parameters": name},
-        "DeleteInstance": {"operationId": "deleteInstance", "parameters": name}
-    })
-}
-
-/// Links from a response carrying a task (`instance`, `group`) to the
-/// operations on it.
-fn task_links(pointer: &str, ops: &[(&str, &str)]) -> Value {
-    let params = json!({
-        "instance": format!("$response.body#{pointer}/instance"),
-        "group": format!("$response.body#{pointer}/group")
-    });
-    let mut links = serde_json::Map::new();
-    for (name, op) in ops {
-        links.insert(name.to_string(), json!({"operationId": op, "parameters": params}));
+impl Modify for Contract {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        doc.info.license = None;
+        doc.info.contact = None;
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components.schemas.insert(
+            "Name".into(),
+            RefOr::T(Schema::Object(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(NAME_PATTERN))
+                    .description(Some(
+                        "1-64 letters, digits, '-', '_' or '.', starting with a letter or digit",
+                    ))
+                    .build(),
+            )),
+        );
     }
-    Value::Object(links)
 }
 
-fn with_links(mut response: Value, links: Value) -> Value {
-    response["links"] = links;
-    response
+/// `GET /status?format=json`: the plan page, documented with the API because
+/// it answers JSON too. Served by the pages; this only describes it.
+#[utoipa::path(
+    get,
+    path = "/status",
+    operation_id = "status",
+    summary = "The plan page; with format=json the same document as listGroups",
+    params(StatusQuery),
+    responses(
+        (status = 200, description = "the plan: an HTML page, or with format=json the same document as listGroups",
+            content((groups::PlanDoc = "application/json"), (String = "text/html"))),
+        (status = 303, description = "no token and no session, and not format=json: a browser is sent to /login (or /setup before an admin exists)",
+            headers(("Location" = String))),
+        (status = 400, description = "a query parameter given twice (named in `field`)", body = ErrorBody),
+        (status = 422, description = "unknown format (field `format`)", body = FieldErrorBody),
+    ),
+)]
+#[allow(dead_code)]
+fn status_page() {}
+
+/// The query of `/status`.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+struct StatusQuery {
+    #[param(schema_with = status_format)]
+    format: Option<String>,
+}
+
+fn status_format() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["html", "json"]))
+        .default(Some(json!("html")))
+        .build()
+}
+
+/// A string from a fixed set, or null when `nullable`.
+fn string_enum(values: &[&str], nullable: bool) -> Object {
+    let mut list: Vec<Value> = values.iter().map(|v| json!(v)).collect();
+    let ty = if nullable {
+        list.push(Value::Null);
+        SchemaType::from_iter([Type::String, Type::Null])
+    } else {
+        SchemaType::new(Type::String)
+    };
+    ObjectBuilder::new().schema_type(ty).enum_values(Some(list)).build()
+}
+
+/// [`crate::model::ErrorCategory`] as serialised.
+pub const ERROR_CATEGORIES: &[&str] = &["transient", "permanent"];
+/// [`crate::model::ErrorKind`] as serialised.
+pub const ERROR_KINDS: &[&str] = &[
+    "timeout",
+    "connect",
+    "dns",
+    "http",
+    "rate_limited",
+    "tls",
+    "body",
+    "invalid_url",
+    "invalid_credentials",
+    "other",
+];
+/// [`crate::model::DeadLetterReason`] as serialised.
+pub const DEAD_LETTER_REASONS: &[&str] = &["max_retry_attempts", "permanent_failure"];
+/// [`crate::model::SchedulerMode`] as serialised.
+pub const SCHEDULER_MODES: &[&str] = &["adaptive", "fixed"];
+/// [`crate::model::Profile`] as serialised.
+pub const PROFILES: &[&str] = &["availability", "standard", "full"];
+/// The states of a breaker that is not closed.
+pub const OPEN_BREAKER_STATES: &[&str] = &["open", "half_open"];
+
+pub fn error_category() -> Object {
+    string_enum(ERROR_CATEGORIES, false)
+}
+pub fn error_category_or_null() -> Object {
+    string_enum(ERROR_CATEGORIES, true)
+}
+pub fn error_kind() -> Object {
+    string_enum(ERROR_KINDS, false)
+}
+pub fn error_kind_or_null() -> Object {
+    string_enum(ERROR_KINDS, true)
+}
+pub fn dead_letter_reason() -> Object {
+    string_enum(DEAD_LETTER_REASONS, true)
+}
+pub fn scheduler_mode() -> Object {
+    string_enum(SCHEDULER_MODES, false)
+}
+pub fn profile_or_null() -> Object {
+    string_enum(PROFILES, true)
+}
+pub fn breaker_state() -> Object {
+    string_enum(OPEN_BREAKER_STATES, false)
+}
+
+/// The `Name` schema.
+pub fn name() -> Ref {
+    Ref::from_schema_name("Name")
+}
+
+/// A string that is left out rather than null when there is none.
+pub fn plain_string() -> Object {
+    ObjectBuilder::new().schema_type(Type::String).build()
+}
+
+/// A count that is left out rather than null when there is none.
+pub fn count() -> Object {
+    ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)).build()
+}
+
+pub fn instance_url() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(URL_PATTERN))
+        .description(Some("an http:// or https:// URL with a host"))
+        .build()
+}
+
+pub fn positive_duration() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(POSITIVE_DURATION_PATTERN))
+        .examples(["10s"])
+        .build()
+}
+
+pub fn duration_or_zero() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(DURATION_PATTERN))
+        .examples(["0s"])
+        .build()
+}
+
+/// A map whose values are all hidden.
+pub fn hidden_values() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(RefOr::T(Schema::Object(string_enum(
+            &[crate::model::HIDDEN],
+            false,
+        )))))
+        .build()
+}
+
+/// The raw bytes of a download.
+pub fn binary() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+        .build()
+}
+
+/// Rewrite utoipa's OpenAPI 3.1 output as OpenAPI 3.0.3: `"type": [T,
+/// "null"]` becomes `"type": T, "nullable": true`; a `oneOf` with a null
+/// branch becomes its other branch, nullable; numeric `exclusiveMinimum` /
+/// `exclusiveMaximum` become `minimum` / `maximum` with the boolean flag;
+/// `examples` becomes `example`; `propertyNames` (always strings here) goes.
+pub fn to_openapi_3_0(doc: &mut Value) {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::Array(types)) = m.get("type") {
+                    let nullable = types.iter().any(|t| t == "null");
+                    let rest: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+                    match rest.as_slice() {
+                        [one] => {
+                            m.insert("type".into(), one.clone());
+                        }
+                        _ => {
+                            m.remove("type");
+                        }
+                    }
+                    if nullable {
+                        m.insert("nullable".into(), json!(true));
+                    }
+                }
+                let null_branch = json!({"type": "null"});
+                if let Some(Value::Array(branches)) = m.get("oneOf")
+                    && branches.contains(&null_branch)
+                {
+                    let rest: Vec<Value> = branches.iter().filter(|b| **b != null_branch).cloned().collect();
+                    m.remove("oneOf");
+                    match rest.as_slice() {
+                        [Value::Object(one)] if !one.contains_key("$ref") => {
+                            for (k, v) in one {
+                                m.insert(k.clone(), v.clone());
+                            }
+                        }
+                        [one] => {
+                            m.insert("allOf".into(), json!([one]));
+                        }
+                        _ => {
+                            m.insert("oneOf".into(), Value::Array(rest));
+                        }
+                    }
+                    m.insert("nullable".into(), json!(true));
+                }
+                for (exclusive, bound) in [("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")] {
+                    if let Some(n) = m.get(exclusive).filter(|n| n.is_number()).cloned() {
+                        m.insert(bound.into(), n);
+                        m.insert(exclusive.into(), json!(true));
+                    }
+                }
+                if let Some(Value::Array(examples)) = m.get("examples")
+                    && let Some(first) = examples.first().cloned()
+                    && !m.contains_key("in")
+                {
+                    m.remove("examples");
+                    m.insert("example".into(), first);
+                }
+                m.remove("propertyNames");
+                m.values_mut().for_each(walk);
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    doc["openapi"] = json!("3.0.3");
+    walk(doc);
+}
+
+/// The response every operation has: the auth layer answers it for a
+/// missing or invalid token before any handler runs.
+fn unauthorized() -> Value {
+    json!({"description": "missing or invalid API token",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
+/// utoipa writes a link's fields in snake case (`operation_id`); OpenAPI
+/// spells them in camel case.
+fn camel_case_link(link: &mut Value) {
+    let Some(m) = link.as_object_mut() else { return };
+    for (from, to) in [
+        ("operation_id", "operationId"),
+        ("operation_ref", "operationRef"),
+        ("request_body", "requestBody"),
+    ] {
+        if let Some(v) = m.remove(from) {
+            m.insert(to.into(), v);
+        }
+    }
 }
 
 /// The document for an appliance whose instances may have these types.
 pub fn document(types: &[&str]) -> Value {
-    let r = |s: &str| json!({"$ref": format!("#/components/schemas/{s}")});
-    let unauthorized = err("missing or invalid API token");
-    json!({
-        "openapi": "3.0.3",
-        "info": {
-            "title": "Pollster API",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "Scheduler health, dead-letter queue, instances and monitoring settings. Every route needs `Authorization: Bearer <token>`."
-        },
-        "security": [{"bearer": []}],
-        "paths": {
-            "/api/monitoring/scheduler/health": {"get": {
-                "summary": "Scheduler health", "operationId": "schedulerHealth",
-                "responses": {"200": ok("health", r("Health")), "401": unauthorized}}},
-            "/api/monitoring/scheduler/dead-letter": {"get": {
-                "summary": "Dead-letter queue, most recent first", "operationId": "listDeadLetter",
-                "parameters": [
-                    {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1_000_000}},
-                    {"name": "per_page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}}
-                ],
-                "responses": {
-                    "200": with_links(ok("entries", r("DeadLetterPage")), task_links("/tasks/0",
-                        &[("RetryDeadLetter", "retryDeadLetter"), ("DiscardDeadLetter", "discardDeadLetter")])),
-                    "400": err("a query parameter given twice (named in `field`)"), "401": unauthorized,
-                    "422": invalid("invalid query parameter (named in `field`)")}}},
-            "/api/monitoring/scheduler/dead-letter/{instance}/{group}/retry": {"post": {
-                "summary": "Probe a dead-lettered task now", "operationId": "retryDeadLetter",
-                "parameters": task_params(),
-                "responses": {"202": ok("probe scheduled", r("TaskState")), "401": unauthorized,
-                    "404": err("no such task"), "409": err("not in the dead-letter queue, or running now")}}},
-            "/api/monitoring/scheduler/dead-letter/{instance}/{group}": {"delete": {
-                "summary": "Discard a dead-lettered task (the task is disabled until enabled again)", "operationId": "discardDeadLetter",
-                "parameters": task_params(),
-                "responses": {"200": with_links(ok("discarded", r("TaskState")), task_links("", &[("EnableTask", "enableTask")])), "401": unauthorized,
-                    "404": err("no such task"), "409": err("not in the dead-letter queue, or running now")}}},
-            "/api/monitoring/scheduler/tasks/{instance}/{group}/enable": {"post": {
-                "summary": "Enable a discarded task again", "operationId": "enableTask",
-                "parameters": task_params(),
-                "responses": {"200": ok("enabled", r("TaskState")), "401": unauthorized, "404": err("no such task"), "409": err("running now")}}},
-            "/api/monitoring/scheduler/groups": {"get": {
-                "summary": "Planned interval of every endpoint group, by pool", "operationId": "listGroups",
-                "responses": {"200": ok("plan", r("Plan")), "401": unauthorized}}},
-            "/api/settings/sink": {
-                "get": {"summary": "Event sink settings (header values hidden), locked fields and live state", "operationId": "getSink",
-                    "responses": {"200": ok("sink", r("SinkDocument")), "401": unauthorized}},
-                "put": {"summary": "Change the event sink (partial [sink] document over the sink in force; null or {\"enabled\": false} turns it off; a header sent as (hidden) keeps its value)", "operationId": "putSink",
-                    "requestBody": {"required": true, "content": {"application/json": {"schema": r("SinkPatch")}}},
-                    "responses": {"200": ok("sink in force", r("SinkDocument")), "400": err("not JSON"), "401": unauthorized,
-                        "409": err("a field is locked by an environment variable"), "422": invalid("invalid value, naming the field")}}
-            },
-            "/api/settings/sink/test": {"post": {
-                "summary": "Send one test event now, outside the queue, and say whether the destination took it", "operationId": "testSink",
-                "responses": {"200": ok("the test ran: `ok` says whether the event was delivered, `error` why not",
-                        json!({"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}, "error": {"type": "string"}}})),
-                    "401": unauthorized, "409": err("no event sink is configured (code sink_disabled)")}}},
-            "/api/budgets": {"get": {
-                "summary": "Budget pools with their configured and effective budgets", "operationId": "listBudgets",
-                "responses": {"200": ok("pools", json!({"type": "object", "required": ["budgets"], "properties": {"budgets": {"type": "array", "items": r("Budget")}}})), "401": unauthorized}}},
-            "/api/budgets/{name}": {"put": {
-                "summary": "Change or create a budget pool (partial document; applies at once, survives restarts)", "operationId": "putBudget",
-                "parameters": [{"name": "name", "in": "path", "required": true, "schema": r("Name")}],
-                "requestBody": {"required": true, "content": {"application/json": {"schema": r("BudgetPatch")}}},
-                "responses": {"200": ok("the pool in force", r("Budget")), "400": err("not JSON"), "401": unauthorized,
-                    "409": err("the change would push the pool over its target with no profile set (code over_budget)"),
-                    "422": invalid("invalid value (a new pool needs requests_per_second), naming the field")}}},
-            "/status": {"get": {
-                "summary": "The plan page; with format=json the same document as listGroups", "operationId": "status",
-                "parameters": [{"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["html", "json"], "default": "html"}}],
-                "responses": {
-                    "200": {"description": "the plan: an HTML page, or with format=json the same document as listGroups", "content": {
-                        "application/json": {"schema": r("Plan")},
-                        "text/html": {"schema": {"type": "string"}}}},
-                    "303": {"description": "no token and no session, and not format=json: a browser is sent to /login (or /setup before an admin exists)",
-                        "headers": {"Location": {"required": true, "schema": {"type": "string"}}}},
-                    "400": err("a query parameter given twice (named in `field`)"), "401": unauthorized,
-                    "422": invalid("unknown format (field `format`)")}}},
-            "/api/settings/monitoring": {
-                "get": {"summary": "Monitoring settings", "operationId": "getMonitoringSettings",
-                    "responses": {"200": ok("settings", r("MonitoringSettings")), "401": unauthorized}},
-                "put": {"summary": "Change monitoring settings (a JSON merge patch of the saved settings: omitted fields keep their value, null drops the saved value so the config file's or the default applies; validated as a whole, saved, applied at once)", "operationId": "putMonitoringSettings",
-                    "requestBody": {"required": true, "content": {"application/json": {"schema": r("MonitoringSettingsPatch")}}},
-                    "responses": {"200": ok("settings in force", r("MonitoringSettings")), "400": err("not JSON"), "401": unauthorized,
-                        "409": err("a field is locked by an environment variable, or the settings would push a budget pool with no profile over its target (code over_budget)"), "422": invalid("invalid value, naming the field")}}
-            },
-            "/api/instances": {
-                "get": {"summary": "List instances", "operationId": "listInstances",
-                    "parameters": [
-                        {"name": "q", "in": "query", "schema": {"type": "string"}},
-                        {"name": "type", "in": "query", "schema": {"type": "string"}}
-                    ],
-                    "responses": {
-                        "200": with_links(ok("instances", json!({"type": "object", "required": ["count", "instances"], "properties": {"count": {"type": "integer"}, "instances": {"type": "array", "items": r("Instance")}}})),
-                            instance_links("/instances/0/name")),
-                        "400": err("a query parameter given twice (named in `field`)"), "401": unauthorized}},
-                "post": {"summary": "Add an instance", "operationId": "createInstance",
-                    "requestBody": {"required": true, "content": {"application/json": {"schema": r("InstanceInput")}}},
-                    "responses": {"201": with_links(ok("created", r("Instance")), instance_links("/name")), "400": err("not JSON"), "401": unauthorized,
-                        "409": err("duplicate name, or the change would push a budget pool with no profile over its target (code over_budget)"), "422": invalid("invalid field, named")}}
-            },
-            "/api/instances/{name}": {
-                "parameters": name_param(),
-                "get": {"summary": "One instance", "operationId": "getInstance",
-                    "responses": {"200": ok("instance", r("Instance")), "401": unauthorized, "404": err("no such instance")}},
-                "put": {"summary": "Replace an instance (omit `auth` to keep the stored credentials)", "operationId": "updateInstance",
-                    "requestBody": {"required": true, "content": {"application/json": {"schema": r("InstanceUpdate")}}},
-                    "responses": {"200": ok("updated", r("Instance")), "400": err("not JSON"), "401": unauthorized, "404": err("no such instance"),
-                        "409": err("provisioned by the config file, or over budget (code over_budget)"), "422": invalid("invalid field, named")}},
-                "delete": {"summary": "Delete an instance", "operationId": "deleteInstance",
-                    "responses": {"204": {"description": "deleted"}, "401": unauthorized, "404": err("no such instance"), "409": err("provisioned by the config file")}}
-            },
-            "/api/instances/{name}/test": {"post": {
-                "summary": "Poll every group of the instance once, now, and show the classified results", "operationId": "testInstance",
-                "parameters": name_param(),
-                "responses": {"200": ok("results", r("InstanceTest")), "401": unauthorized, "404": err("no such instance")}}},
-            "/api/admin/backup": {"get": {
-                "summary": "Consistent copy of the database", "operationId": "backup",
-                "responses": {"200": {"description": "redb file", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}, "401": unauthorized}}},
-            "/api/openapi.json": {"get": {
-                "summary": "This document", "operationId": "openapi",
-                "responses": {"200": ok("OpenAPI 3 document", json!({"type": "object"})), "401": unauthorized}}}
-        },
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": schemas(types)
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    to_openapi_3_0(&mut doc);
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        for item in paths.values_mut().filter_map(Value::as_object_mut) {
+            for op in item.values_mut().filter_map(Value::as_object_mut) {
+                op.remove("tags");
+                // A path parameter is always required (OpenAPI says so).
+                for param in op
+                    .get_mut("parameters")
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p["in"] == "path")
+                {
+                    param["required"] = json!(true);
+                }
+                // Every body the API takes is required (an empty one is 400).
+                if let Some(body) = op.get_mut("requestBody").and_then(Value::as_object_mut) {
+                    body.insert("required".into(), json!(true));
+                }
+                let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+                    continue;
+                };
+                responses.insert("401".into(), unauthorized());
+                for response in responses.values_mut() {
+                    // The headers documented are always sent.
+                    if let Some(headers) = response.get_mut("headers").and_then(Value::as_object_mut) {
+                        for header in headers.values_mut() {
+                            header["required"] = json!(true);
+                        }
+                    }
+                    if let Some(links) = response.get_mut("links").and_then(Value::as_object_mut) {
+                        links.values_mut().for_each(camel_case_link);
+                    }
+                }
+            }
         }
-    })
+    }
+    let schemas = &mut doc["components"]["schemas"];
+    if let Some(hand) = hand_schemas(types).as_object() {
+        for (name, schema) in hand {
+            schemas[name] = schema.clone();
+        }
+    }
+    schemas["Instance"]["properties"]["type"]["enum"] = json!(types);
+    doc
 }
 
-fn schemas(types: &[&str]) -> Value {
-    let ts = json!({"type": "string", "format": "date-time", "nullable": true});
+#[utoipa::path(
+    get,
+    path = "/api/openapi.json",
+    operation_id = "openapi",
+    summary = "This document",
+    responses((status = 200, description = "OpenAPI 3 document", body = Object)),
+)]
+pub async fn openapi(State(app): State<AppState>) -> Json<Value> {
+    let cat = app.shared.catalog();
+    let types: Vec<&str> = cat.types.keys().map(String::as_str).collect();
+    Json(document(&types))
+}
+
+/// The request bodies and settings documents whose types live outside the
+/// web layer, in OpenAPI 3.0 form.
+fn hand_schemas(types: &[&str]) -> Value {
     let duration = json!({"type": "string", "pattern": POSITIVE_DURATION_PATTERN, "example": "10s"});
     let duration_or_zero = json!({"type": "string", "pattern": DURATION_PATTERN, "example": "0s"});
     let name = json!({"$ref": "#/components/schemas/Name"});
-    let task_ref = json!({
-        "instance": {"type": "string"}, "type": {"type": "string"}, "group": {"type": "string"}
-    });
-    let mut dl_props = task_ref.clone();
-    for (k, v) in [
-        ("nextRun", ts.clone()),
-        ("lastError", json!({"type": "string", "nullable": true})),
-        ("failures", json!({"type": "integer"})),
-        (
-            "reason",
-            json!({"type": "string", "nullable": true, "enum": ["max_retry_attempts", "permanent_failure", null]}),
-        ),
-        ("since", ts.clone()),
-        ("status", json!({"type": "integer", "nullable": true})),
-        (
-            "category",
-            json!({"type": "string", "nullable": true, "enum": ["transient", "permanent", null]}),
-        ),
-        (
-            "kind",
-            json!({"type": "string", "nullable": true, "enum": [
-                "timeout", "connect", "dns", "http", "rate_limited", "tls", "body",
-                "invalid_url", "invalid_credentials", "other", null
-            ]}),
-        ),
-    ] {
-        dl_props[k] = v;
-    }
-    let mut breaker_props = task_ref.clone();
-    breaker_props["state"] = json!({"type": "string", "enum": ["open", "half_open"]});
-    breaker_props["failures"] = json!({"type": "integer"});
-    breaker_props["retryAt"] = ts.clone();
-    let mut stale_props = task_ref.clone();
-    stale_props["score"] = json!({"type": "number", "minimum": 0, "maximum": 1});
-    stale_props["lastSuccess"] = ts.clone();
 
     // Credentials in: one object per kind, every part required (write-only).
     let printable = json!({"type": "string", "pattern": "^[ -~]*$"});
@@ -261,12 +437,6 @@ fn schemas(types: &[&str]) -> Value {
             "token_id": {"type": "string", "pattern": "^[ -<>-~]+$"},
             "secret": secret}))
     ]});
-    // Credentials out: the kind and the parts that are not secret.
-    let auth_out = json!({"type": "object", "required": ["kind"], "properties": {
-        "kind": {"type": "string", "enum": ["none", "bearer", "header", "basic", "pve_token"]},
-        "name": {"type": "string"}, "username": {"type": "string"},
-        "user": {"type": "string"}, "token_id": {"type": "string"}
-    }});
     let labels = json!({"type": "object", "additionalProperties": {"type": "string", "maxLength": 256}});
     let shape = json!({"type": "object", "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 1_000_000},
         "description": "shape counts for planning before they are learned, e.g. {\"nodes\": 12}"});
@@ -275,7 +445,7 @@ fn schemas(types: &[&str]) -> Value {
     let instance_props = json!({
         "name": name,
         "type": {"type": "string", "enum": types, "description": "a built-in, preset or configured type (default http)"},
-        "url": {"type": "string", "pattern": "^https?://[^/?#]+", "description": "an http:// or https:// URL with a host"},
+        "url": {"type": "string", "pattern": URL_PATTERN, "description": "an http:// or https:// URL with a host"},
         "timeout": duration,
         "budget": {"type": "string", "nullable": true, "description": "a configured budget pool"},
         "labels": labels,
@@ -286,18 +456,13 @@ fn schemas(types: &[&str]) -> Value {
         "max_response_bytes": {"type": "integer", "minimum": 1, "maximum": 1073741824},
         "shape": shape
     });
-    let mut instance_out = instance_props.clone();
-    instance_out["provisioned"] = json!({"type": "boolean"});
-    instance_out["auth"] = auth_out;
-    instance_out["budget"] = json!({"type": "string"});
-    instance_out["tls_fingerprint"] = json!({"type": "string"});
     let mut update_props = instance_props.clone();
     update_props["name"] = json!({"type": "string", "description": "if given, must equal the name in the path"});
 
     let adaptive = json!({"type": "object", "additionalProperties": false, "properties": {
         "enabled": {"type": "boolean"}, "base_interval": duration, "min_interval": duration, "max_interval": duration}});
     let scheduler = json!({"type": "object", "additionalProperties": false, "properties": {
-        "mode": {"type": "string", "enum": ["adaptive", "fixed"]},
+        "mode": {"type": "string", "enum": SCHEDULER_MODES},
         "workers": {"type": "integer", "minimum": 1, "maximum": 4096},
         "target_utilization": {"type": "number", "minimum": 0.1, "maximum": 1.0},
         "max_stretch_factor": {"type": "number", "minimum": 1, "maximum": 16},
@@ -314,52 +479,13 @@ fn schemas(types: &[&str]) -> Value {
         "breaker_threshold": {"type": "integer", "minimum": 1, "maximum": 100},
         "dead_letter_after": {"type": "integer", "minimum": 1, "maximum": 100},
         "dead_letter_recheck": duration}});
-
-    let num = json!({"type": "number"});
-    let num_or_null = json!({"type": "number", "nullable": true});
-    let group_view = json!({"type": "object",
-        "required": ["type", "name", "priority", "floor_seconds", "interval_seconds", "stretch_factor",
-            "cost_per_cycle", "demand_rps", "pinned", "shed"],
-        "properties": {
-            "type": {"type": "string"}, "name": {"type": "string"}, "priority": {"type": "integer", "minimum": 1, "maximum": 4},
-            "floor_seconds": num, "interval_seconds": num, "stretch_factor": num, "cost_per_cycle": num, "demand_rps": num,
-            "pinned": {"type": "boolean"}, "pin_below_floor": {"type": "boolean"}, "shed": {"type": "boolean"},
-            "enabled": {"type": "boolean"}, "gated": {"type": "boolean"}, "last_ran": ts}});
-    let pool_view = json!({"type": "object",
-        "required": ["name", "budget_rps", "effective_budget_rps", "target_utilization", "total_demand_rps", "over_budget", "groups"],
-        "properties": {
-            "name": {"type": "string", "description": "pool name; \"unbudgeted\" for instances with no pool"},
-            "mode": {"type": "string", "enum": ["adaptive", "fixed"]},
-            "profile": {"type": "string", "enum": ["availability", "standard", "full"], "nullable": true},
-            "budget_rps": num_or_null, "effective_budget_rps": num_or_null, "target_utilization": num,
-            "target_rps": num_or_null, "total_demand_rps": num, "utilization": num_or_null,
-            "over_budget": {"type": "boolean"}, "fits_after_shedding": {"type": "boolean"},
-            "shape": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "instances": {"type": "integer"}, "warnings": {"type": "array", "items": {"type": "string"}},
-            "paused_until": {"type": "string", "format": "date-time"},
-            "groups": {"type": "array", "items": group_view}}});
     json!({
-        "SinkDocument": {"type": "object", "required": ["sink", "locked", "status"], "properties": {
-            "sink": {"type": "object", "nullable": true, "properties": {
-                "url": {"type": "string"}, "headers": {"type": "object", "additionalProperties": {"type": "string", "enum": [crate::model::HIDDEN]}},
-                "batch_size": {"type": "integer"}, "buffering": duration.clone(), "retry_limit": duration_or_zero.clone(),
-                "queue_limit": {"type": "integer"}, "gzip": {"type": "boolean"}}},
-            "locked": {"type": "object", "additionalProperties": {"type": "string"}},
-            "status": {"type": "object", "properties": {
-                "enabled": {"type": "boolean"}, "queue_depth": {"type": "integer"}, "consecutive_failures": {"type": "integer"},
-                "retry_wait_ms": {"type": "integer"}, "next_attempt_at": {"type": "string", "nullable": true},
-                "last_error": {"type": "string", "nullable": true}, "counters": {"type": "object"}, "batches": {"type": "object"}}}}},
-        "Budget": {"type": "object", "required": ["name", "requests_per_second", "shared_fraction", "burst", "budget_rps", "effective_budget_rps"],
-            "properties": {"name": {"type": "string"}, "requests_per_second": num, "shared_fraction": num,
-                "burst": {"type": "integer"}, "budget_rps": num, "effective_budget_rps": num, "instances": {"type": "integer"}}},
         "BudgetPatch": {"type": "object", "additionalProperties": false,
             "description": "the fields to change; a new pool needs requests_per_second",
             "properties": {"name": {"type": "string", "description": "if given, must equal the name in the path"},
                 "requests_per_second": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1_000_000},
                 "shared_fraction": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1},
                 "burst": {"type": "integer", "minimum": 1, "maximum": 100}}},
-        "Name": {"type": "string", "pattern": NAME_PATTERN,
-            "description": "1-64 letters, digits, '-', '_' or '.', starting with a letter or digit"},
         "SinkPatch": {"nullable": true, "description": "null turns the sink off", "oneOf": [
             {"type": "object", "additionalProperties": false, "required": ["enabled"],
                 "description": "turn the sink off",
@@ -368,52 +494,13 @@ fn schemas(types: &[&str]) -> Value {
                 "description": "the fields to change over the sink in force (url is needed when none is)",
                 "properties": {
                     "enabled": {"type": "boolean", "enum": [true]},
-                    "url": {"type": "string", "pattern": "^https?://[^/?#]+"},
+                    "url": {"type": "string", "pattern": URL_PATTERN},
                     "headers": {"type": "object", "additionalProperties": {"type": "string", "pattern": "^[ -~]*$"},
                         "description": "replaces the headers; a value of (hidden) keeps the stored one"},
                     "batch_size": {"type": "integer", "minimum": 1, "maximum": 100_000},
                     "buffering": duration.clone(), "retry_limit": duration_or_zero.clone(),
                     "queue_limit": {"type": "integer", "minimum": 1, "maximum": 10_000_000},
                     "gzip": {"type": "boolean"}}}]},
-        "InstanceTest": {"type": "object", "required": ["instance", "results"], "properties": {
-            "instance": {"type": "string"},
-            "results": {"type": "array", "items": {"type": "object", "required": ["group", "ok", "status", "durationMs"], "properties": {
-                "group": {"type": "string"}, "ok": {"type": "boolean"},
-                "status": {"type": "integer", "nullable": true}, "durationMs": {"type": "integer", "minimum": 0},
-                "bytes": {"type": "integer", "minimum": 0},
-                "error": {"type": "object", "required": ["category", "kind", "message"], "properties": {
-                    "category": {"type": "string", "enum": ["transient", "permanent"]},
-                    "kind": {"type": "string", "enum": ["timeout", "connect", "dns", "http", "rate_limited", "tls", "body", "invalid_url", "invalid_credentials", "other"]},
-                    "message": {"type": "string"}}}}}}}},
-        "Plan": {"type": "object", "required": ["updatedAt", "solved_at", "pools"], "properties": {
-            "updatedAt": {"type": "string", "format": "date-time"},
-            "solved_at": {"type": "string", "format": "date-time"},
-            "pools": {"type": "array", "items": pool_view}}},
-        "Error": {"type": "object", "required": ["error"], "properties": {"error": {
-            "type": "object", "required": ["code", "message"],
-            "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}}}}},
-        "FieldError": {"type": "object", "required": ["error"], "properties": {"error": {
-            "type": "object", "required": ["code", "message", "field"],
-            "properties": {"code": {"type": "string"}, "message": {"type": "string"},
-                "field": {"type": "string", "description": "the invalid field, dotted (`scheduler.workers`); empty for the whole body"}}}}},
-        "Health": {"type": "object", "required": ["updatedAt", "enabled", "queue", "deadLetter", "breakers", "staleness"], "properties": {
-            "updatedAt": {"type": "string", "format": "date-time"},
-            "enabled": {"type": "boolean"},
-            "queue": {"type": "object", "required": ["depth", "dueWithinSeconds", "perType"], "properties": {
-                "depth": {"type": "integer"}, "dueWithinSeconds": {"type": "integer"}, "inFlight": {"type": "integer"},
-                "perType": {"type": "object", "additionalProperties": {"type": "integer"}}}},
-            "deadLetter": {"type": "object", "required": ["count", "tasks"], "properties": {
-                "count": {"type": "integer"}, "tasks": {"type": "array", "maxItems": 25, "items": {"$ref": "#/components/schemas/DeadLetterTask"}}}},
-            "breakers": {"type": "array", "items": {"type": "object", "required": ["instance", "type", "state", "failures", "retryAt"], "properties": breaker_props}},
-            "staleness": {"type": "array", "items": {"type": "object", "required": ["instance", "type", "score", "lastSuccess"], "properties": stale_props}}}},
-        "DeadLetterTask": {"type": "object", "required": ["instance", "type", "nextRun", "lastError", "failures"], "properties": dl_props},
-        "DeadLetterPage": {"type": "object", "required": ["count", "page", "perPage", "tasks"], "properties": {
-            "count": {"type": "integer"}, "page": {"type": "integer"}, "perPage": {"type": "integer"},
-            "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/DeadLetterTask"}}}},
-        "TaskState": {"type": "object", "required": ["instance", "group", "nextRun", "deadLettered", "disabled", "failures"], "properties": {
-            "instance": {"type": "string"}, "group": {"type": "string"}, "nextRun": ts,
-            "deadLettered": {"type": "boolean"}, "disabled": {"type": "boolean"}, "failures": {"type": "integer"}}},
-        "Instance": {"type": "object", "required": ["name", "type", "url", "provisioned"], "properties": instance_out},
         "InstanceInput": {"type": "object", "required": ["name", "url"], "additionalProperties": false, "properties": instance_props},
         "InstanceUpdate": {"type": "object", "required": ["url"], "additionalProperties": false, "properties": update_props},
         "MonitoringSettings": {"type": "object", "required": ["adaptive", "scheduler", "failure", "locked"], "properties": {
@@ -438,8 +525,300 @@ fn nullable_leaves(section: &Value) -> Value {
     v
 }
 
-pub async fn openapi(State(app): State<AppState>) -> Json<Value> {
-    let cat = app.shared.catalog();
-    let types: Vec<&str> = cat.types.keys().map(String::as_str).collect();
-    Json(document(&types))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn doc() -> Value {
+        document(&["http", "pve"])
+    }
+
+    /// (method, path) of every operation of the document.
+    fn operations(doc: &Value) -> BTreeSet<(String, String)> {
+        let mut ops = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("path item").keys() {
+                ops.insert((method.clone(), path.clone()));
+            }
+        }
+        ops
+    }
+
+    /// The routes `api_router` registers, read from its source: every
+    /// `.route("path", get(..).put(..))` before its fallback.
+    fn router_routes() -> BTreeSet<(String, String)> {
+        let src = include_str!("../mod.rs");
+        let start = src.find("pub fn api_router").expect("api_router");
+        let body = &src[start..];
+        let body = &body[..body.find(".fallback(").expect("fallback")];
+        let mut routes = BTreeSet::new();
+        for chunk in body.split(".route(").skip(1) {
+            let path = chunk.split('"').nth(1).expect("route path");
+            for method in ["get", "post", "put", "delete", "patch"] {
+                let called = chunk.match_indices(&format!("{method}(")).any(|(i, _)| {
+                    i == 0 || !chunk.as_bytes()[i - 1].is_ascii_alphanumeric() && chunk.as_bytes()[i - 1] != b'_'
+                });
+                if called {
+                    routes.insert((method.to_string(), format!("/api{path}")));
+                }
+            }
+        }
+        routes
+    }
+
+    #[test]
+    fn the_document_covers_every_route_of_the_api_router() {
+        let routes = router_routes();
+        assert!(routes.len() >= 20, "{routes:?}");
+        let documented: BTreeSet<_> = operations(&doc())
+            .into_iter()
+            .filter(|(_, path)| path.starts_with("/api/"))
+            .collect();
+        assert_eq!(documented, routes, "documented operations against the router's routes");
+        // And the one page that answers JSON too.
+        assert!(operations(&doc()).contains(&("get".into(), "/status".into())));
+    }
+
+    #[test]
+    fn every_operation_has_an_id_a_401_and_only_resolvable_references() {
+        let doc = doc();
+        let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+        let mut ids = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("item") {
+                let id = op["operationId"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{method} {path}: no operationId"));
+                assert!(ids.insert(id.to_string()), "operationId {id} twice");
+                assert_eq!(
+                    op["responses"]["401"]["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/Error",
+                    "{id}"
+                );
+                if let Some(body) = op.get("requestBody") {
+                    assert_eq!(body["required"], true, "{id}");
+                }
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    if p["in"] == "path" {
+                        assert_eq!(p["required"], true, "{id}: {p}");
+                        assert!(path.contains(&format!("{{{}}}", p["name"].as_str().unwrap_or_default())));
+                    }
+                }
+            }
+        }
+        fn refs(v: &Value, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => {
+                    if let Some(Value::String(r)) = m.get("$ref") {
+                        out.push(r.clone());
+                    }
+                    m.values().for_each(|v| refs(v, out));
+                }
+                Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+                _ => {}
+            }
+        }
+        let mut all = Vec::new();
+        refs(&doc, &mut all);
+        for r in all {
+            let name = r.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("{r}"));
+            assert!(schemas.contains_key(name), "{r} resolves");
+        }
+        for name in [
+            "Error",
+            "FieldError",
+            "Name",
+            "Health",
+            "DeadLetterPage",
+            "TaskState",
+            "Plan",
+            "Instance",
+        ] {
+            assert!(schemas.contains_key(name), "schema {name}");
+        }
+        assert_eq!(
+            schemas["FieldError"]["properties"]["error"]["required"],
+            json!(["code", "message", "field"])
+        );
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"],
+            json!({"type": "http", "scheme": "bearer"})
+        );
+        assert_eq!(doc["security"], json!([{"bearer": []}]));
+    }
+
+    #[test]
+    fn the_links_name_existing_operations_in_camel_case() {
+        let doc = doc();
+        let ids: BTreeSet<String> = doc["paths"]
+            .as_object()
+            .into_iter()
+            .flat_map(|p| p.values())
+            .flat_map(|item| item.as_object().into_iter().flat_map(|m| m.values()))
+            .filter_map(|op| op["operationId"].as_str().map(String::from))
+            .collect();
+        let mut links = 0;
+        for item in doc["paths"].as_object().expect("paths").values() {
+            for op in item.as_object().expect("item").values() {
+                for response in op["responses"].as_object().expect("responses").values() {
+                    for link in response["links"].as_object().into_iter().flat_map(|l| l.values()) {
+                        assert!(link.get("operation_id").is_none(), "{link}");
+                        let target = link["operationId"].as_str().expect("operationId");
+                        assert!(ids.contains(target), "{target}");
+                        links += 1;
+                    }
+                }
+            }
+        }
+        // Instances (list and create: 4 each), dead-letter list (2), discard (1).
+        assert_eq!(links, 11);
+    }
+
+    #[test]
+    fn the_document_is_openapi_3_0() {
+        fn walk(v: &Value, at: &str) {
+            match v {
+                Value::Object(m) => {
+                    assert!(!m.get("type").is_some_and(Value::is_array), "{at}: type array");
+                    assert!(m.get("type") != Some(&json!("null")), "{at}: null type");
+                    for k in ["exclusiveMinimum", "exclusiveMaximum"] {
+                        assert!(m.get(k).is_none_or(Value::is_boolean), "{at}/{k}");
+                    }
+                    assert!(!m.contains_key("propertyNames"), "{at}");
+                    for (k, v) in m {
+                        walk(v, &format!("{at}/{k}"));
+                    }
+                }
+                Value::Array(a) => a.iter().enumerate().for_each(|(i, v)| walk(v, &format!("{at}/{i}"))),
+                _ => {}
+            }
+        }
+        let doc = doc();
+        assert_eq!(doc["openapi"], "3.0.3");
+        walk(&doc, "");
+        assert_eq!(doc["info"]["title"], "Pollster API");
+        assert_eq!(doc["info"]["version"], env!("CARGO_PKG_VERSION"));
+    }
+
+    #[test]
+    fn the_patterns_and_the_types_are_in_the_schemas() {
+        let doc = doc();
+        let s = &doc["components"]["schemas"];
+        assert_eq!(s["Name"]["pattern"], NAME_PATTERN);
+        assert_eq!(
+            s["Instance"]["properties"]["timeout"]["pattern"],
+            POSITIVE_DURATION_PATTERN
+        );
+        assert_eq!(
+            s["InstanceInput"]["properties"]["timeout"]["pattern"],
+            POSITIVE_DURATION_PATTERN
+        );
+        assert_eq!(
+            s["SinkPatch"]["oneOf"][1]["properties"]["retry_limit"]["pattern"],
+            DURATION_PATTERN
+        );
+        for schema in ["Instance", "InstanceInput", "InstanceUpdate"] {
+            assert_eq!(
+                s[schema]["properties"]["type"]["enum"],
+                json!(["http", "pve"]),
+                "{schema}"
+            );
+        }
+        let put_budget = &doc["paths"]["/api/budgets/{name}"]["put"]["parameters"][0];
+        assert_eq!(put_budget["schema"]["$ref"], "#/components/schemas/Name");
+        let backup = &doc["paths"]["/api/admin/backup"]["get"]["responses"]["200"]["content"];
+        let file = &backup["application/octet-stream"]["schema"];
+        assert_eq!((&file["type"], &file["format"]), (&json!("string"), &json!("binary")));
+    }
+
+    #[test]
+    fn the_enumerations_are_the_model_types_serialised() {
+        use crate::model::{DeadLetterReason, ErrorCategory, ErrorKind, Profile, SchedulerMode};
+        fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(values: &[&str]) {
+            for v in values {
+                let t: T = serde_json::from_value(json!(v)).unwrap_or_else(|e| panic!("{v}: {e}"));
+                assert_eq!(serde_json::to_value(&t).ok(), Some(json!(v)));
+            }
+        }
+        round_trip::<ErrorCategory>(ERROR_CATEGORIES);
+        round_trip::<ErrorKind>(ERROR_KINDS);
+        round_trip::<DeadLetterReason>(DEAD_LETTER_REASONS);
+        round_trip::<SchedulerMode>(SCHEDULER_MODES);
+        round_trip::<Profile>(PROFILES);
+    }
+
+    /// The keys of `sent` that `schema` (an object schema) does not name.
+    fn undocumented(schema: &Value, sent: &Value) -> Vec<String> {
+        let props = schema["properties"].as_object().cloned().unwrap_or_default();
+        sent.as_object()
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .filter(|k| !props.contains_key(*k))
+            .cloned()
+            .collect()
+    }
+
+    /// The schemas kept by hand close their objects (`additionalProperties:
+    /// false`): every field the types send or take must be in them.
+    #[test]
+    fn the_hand_kept_schemas_name_every_field_of_their_types() {
+        use crate::model::{InstanceConfig, MonitoringSettings, Profile};
+        let doc = doc();
+        let s = &doc["components"]["schemas"];
+
+        let mut settings = MonitoringSettings::default();
+        settings.scheduler.profile = Some(Profile::Standard);
+        let sent = serde_json::to_value(&settings).expect("settings");
+        for section in ["adaptive", "scheduler", "failure"] {
+            for schema in ["MonitoringSettings", "MonitoringSettingsPatch"] {
+                let missing = undocumented(&s[schema]["properties"][section], &sent[section]);
+                assert!(missing.is_empty(), "{schema}.{section}: {missing:?}");
+            }
+        }
+
+        let mut i = InstanceConfig::new("a", "http", "http://x");
+        i.budget = Some("p".into());
+        i.tls_fingerprint = Some("ab".repeat(32));
+        i.shape.insert("nodes".into(), 1);
+        let sent = serde_json::to_value(&i).expect("instance");
+        for schema in ["InstanceInput", "InstanceUpdate", "Instance"] {
+            assert_eq!(undocumented(&s[schema], &sent), Vec::<String>::new(), "{schema}");
+        }
+
+        let mut sink = crate::config::SinkConfig::new("http://x");
+        sink.headers.insert("Authorization".into(), "secret".into());
+        let sent = crate::web::ops::sink_json(&sink);
+        assert_eq!(
+            undocumented(&s["SinkDocument"]["properties"]["sink"], &sent),
+            Vec::<String>::new()
+        );
+        assert_eq!(undocumented(&s["SinkPatch"]["oneOf"][1], &sent), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_3_1_schema_becomes_3_0() {
+        let mut v = json!({"openapi": "3.1.0", "components": {"schemas": {
+            "A": {"type": ["string", "null"], "enum": ["x", null]},
+            "B": {"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/A"}]},
+            "C": {"type": "number", "exclusiveMinimum": 0, "examples": ["1"]},
+            "D": {"type": "object", "propertyNames": {"type": "string"}, "properties": {"type": {"type": "string"}}}
+        }}});
+        to_openapi_3_0(&mut v);
+        let s = &v["components"]["schemas"];
+        assert_eq!(v["openapi"], "3.0.3");
+        assert_eq!(s["A"], json!({"type": "string", "nullable": true, "enum": ["x", null]}));
+        assert_eq!(
+            s["B"],
+            json!({"allOf": [{"$ref": "#/components/schemas/A"}], "nullable": true})
+        );
+        assert_eq!(
+            s["C"],
+            json!({"type": "number", "minimum": 0, "exclusiveMinimum": true, "example": "1"})
+        );
+        assert_eq!(
+            s["D"],
+            json!({"type": "object", "properties": {"type": {"type": "string"}}})
+        );
+    }
 }

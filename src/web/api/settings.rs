@@ -3,33 +3,64 @@
 //! locks. A `PUT` takes a partial document, validates all of it before saving
 //! any of it, persists, and applies at once.
 
+use crate::model::MonitoringSettings;
 use crate::web::AppState;
 use crate::web::auth::Principal;
-use crate::web::error::{ApiError, JsonBody};
+use crate::web::error::{ApiError, ErrorBody, FieldErrorBody, JsonBody};
 use crate::web::ops;
 use axum::extract::State;
 use axum::{Extension, Json};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
 
 pub use crate::web::ops::SETTINGS_KEY;
 
-pub fn settings_document(app: &AppState) -> Value {
-    let s = app.shared.monitoring();
-    let locked = app.shared.locked_settings();
-    let mut v = serde_json::to_value(&s).unwrap_or(Value::Null);
-    v["locked"] = json!(locked);
-    v
+/// The monitoring settings in force, and the fields an environment
+/// variable locks (field to variable name).
+#[derive(Debug, Serialize)]
+pub struct SettingsDocument {
+    #[serde(flatten)]
+    pub settings: MonitoringSettings,
+    pub locked: BTreeMap<String, String>,
 }
 
-pub async fn get(State(app): State<AppState>) -> Json<Value> {
+pub fn settings_document(app: &AppState) -> SettingsDocument {
+    SettingsDocument {
+        settings: app.shared.monitoring(),
+        locked: app.shared.locked_settings(),
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/settings/monitoring",
+    operation_id = "getMonitoringSettings",
+    summary = "Monitoring settings",
+    responses((status = 200, description = "settings", body = ref("#/components/schemas/MonitoringSettings"))),
+)]
+pub async fn get(State(app): State<AppState>) -> Json<SettingsDocument> {
     Json(settings_document(&app))
 }
 
+#[utoipa::path(
+    put,
+    path = "/api/settings/monitoring",
+    operation_id = "putMonitoringSettings",
+    summary = "Change monitoring settings (a JSON merge patch of the saved settings: omitted fields keep their value, null drops the saved value so the config file's or the default applies; validated as a whole, saved, applied at once)",
+    request_body(content = ref("#/components/schemas/MonitoringSettingsPatch"), content_type = "application/json"),
+    responses(
+        (status = 200, description = "settings in force", body = ref("#/components/schemas/MonitoringSettings")),
+        (status = 400, description = "not JSON", body = ErrorBody),
+        (status = 409, description = "a field is locked by an environment variable, or the settings would push a budget pool with no profile over its target (code over_budget)", body = ErrorBody),
+        (status = 422, description = "invalid value, naming the field", body = FieldErrorBody),
+    ),
+)]
 pub async fn put(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
     JsonBody(patch): JsonBody<Value>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SettingsDocument>, ApiError> {
     if let Err(mut errs) = ops::save_settings(&app, patch, &who.actor()).await {
         // The API reports the first violation; the page shows them all.
         return Err(errs.remove(0));
