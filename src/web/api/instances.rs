@@ -79,7 +79,7 @@ impl Instance {
             },
         };
         Instance {
-            name: i.name.clone(),
+            name: i.name.to_string(),
             type_name: i.type_name.clone(),
             url: crate::web::redact::mask_url(&i.url),
             timeout: crate::model::duration_str::format(i.timeout),
