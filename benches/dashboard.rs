@@ -67,7 +67,10 @@ fn app(dir: &std::path::Path) -> AppState {
             ..Default::default()
         }),
     });
-    AppState::new(shared, WebState::new(Vec::new(), None))
+    AppState::new(
+        pollster::engine::EngineHandle::new(shared),
+        WebState::new(Vec::new(), None),
+    )
 }
 
 fn history(now: Timestamp) -> Vec<(u64, Rollup)> {

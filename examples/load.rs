@@ -90,7 +90,7 @@ fn main() {
         let app = Application::build_with_listeners(config, api.expect("bind"), metrics.expect("bind"))
             .await
             .expect("the appliance builds");
-        let shared = app.shared().clone();
+        let shared = app.engine().clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(app.run_until_stopped(async {
             let _ = rx.await;
@@ -213,7 +213,7 @@ fn config(args: &Args, fleet: SocketAddr, data_dir: &std::path::Path) -> pollste
 /// What `GET /metrics` does, timed: (duration, bytes).
 fn scrape(shared: &Shared) -> (Duration, usize) {
     let t = Instant::now();
-    let bytes = shared.metrics.render().len();
+    let bytes = shared.metrics().render().len();
     (t.elapsed(), bytes)
 }
 
@@ -230,7 +230,7 @@ fn measure_idle(
     let start = Snapshot::take(shared, fleet);
     let limit = Duration::from_secs(120 + n / 500);
     let round = loop {
-        let dispatched = shared.metrics.dispatch_lateness.get_sample_count();
+        let dispatched = shared.metrics().dispatch_lateness.get_sample_count();
         if dispatched >= n && shared.in_flight() == 0 {
             break built.elapsed();
         }
@@ -289,7 +289,7 @@ struct Snapshot {
 
 impl Snapshot {
     fn take(shared: &Shared, fleet: &Fleet) -> Snapshot {
-        let fam = shared.metrics.dispatch_lateness.collect();
+        let fam = shared.metrics().dispatch_lateness.collect();
         let h = fam
             .first()
             .and_then(|f| f.get_metric().first())
@@ -335,7 +335,7 @@ fn quantile(a: &Snapshot, b: &Snapshot, q: f64) -> f64 {
 
 /// Sum of `pollster_monitor_poll_total`: (success, error).
 fn poll_totals(shared: &Shared) -> (u64, u64) {
-    shared.metrics.poll.totals()
+    shared.metrics().poll.totals()
 }
 
 /// The result table: one row for the window between `a` and `b`. `burst`

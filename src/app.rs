@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::core::catalog::Catalog;
 use crate::engine::ports::Ports;
 use crate::engine::settings::SettingsLayers;
-use crate::engine::{Engine, SHUTDOWN_GRACE, Shared};
+use crate::engine::{Engine, EngineHandle, SHUTDOWN_GRACE, Shared};
 use crate::model::Timestamp;
 use crate::poll::Poller;
 use crate::store::Store;
@@ -292,20 +292,21 @@ impl Application {
         self.metrics_addr
     }
 
-    pub fn shared(&self) -> &Arc<Shared> {
-        self.engine.shared()
+    /// The running engine, as the web layer and tests reach it.
+    pub fn engine(&self) -> EngineHandle {
+        self.engine.handle()
     }
 
     /// Serve until `shutdown` completes, then stop dispatching, let polls in
     /// flight finish (or abandon them after a bound) and flush state.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
         let state = AppState::new(
-            self.engine.shared().clone(),
+            self.engine.handle(),
             web::WebState::new(self.proxies.clone(), self.setup_code.clone()),
         );
-        let state_store = state.shared.store.clone();
+        let state_store = state.engine.store().clone();
         let pruner = tokio::spawn(web::session_store::prune_loop(
-            state.shared.store.clone(),
+            state.engine.store().clone(),
             std::time::Duration::from_secs(600),
         ));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -131,7 +131,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
         .collect();
 
     let app = crate::app::Application::build(config).await.map_err(failure)?;
-    let store = app.shared().store.clone();
+    let store = app.engine().store().clone();
     let (token, _) = tokio::task::spawn_blocking(move || {
         store.create_token("demo", crate::store::TokenScope::Admin, Timestamp::now())
     })

@@ -10,7 +10,7 @@ use pollster::app::Application;
 use pollster::config;
 use pollster::core::scheduler::OperatorOp;
 use pollster::engine::ports::{Fetch, Ports, TaskStore};
-use pollster::engine::{EngineError, Shared};
+use pollster::engine::{EngineError, EngineHandle};
 use pollster::model::{
     BaseUrl, BreakerState, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult,
     PollSuccess, TaskKey, TaskRecord, Timestamp, TypeDef,
@@ -157,7 +157,7 @@ const INTERVAL: Duration = Duration::from_secs(10);
 
 /// The appliance on paused time; dropped, it stops.
 struct Engine {
-    shared: Arc<Shared>,
+    shared: EngineHandle,
     /// The instant the engine's clock reads [`START`] (tokio's clock).
     origin: Instant,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -233,7 +233,7 @@ impl Engine {
         let app = Application::build_with_ports(c, api, metrics, ports)
             .await
             .expect("app builds");
-        let shared = app.shared().clone();
+        let shared = app.engine();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.run_until_stopped(async {

@@ -17,6 +17,41 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+/// The one way the layers above the engine (web, the CLI, tests) reach it.
+///
+/// Cheap to clone. It offers the methods of this module and the read model
+/// ([`super::snapshot`]); the engine's mutexes, queues and loops stay
+/// behind it, private to `engine/`.
+#[derive(Clone)]
+pub struct EngineHandle(Arc<Shared>);
+
+impl EngineHandle {
+    /// A handle on `shared`. The engine makes its own when it starts; a
+    /// benchmark or test may make one on a state no engine runs.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        EngineHandle(shared)
+    }
+
+    /// An operator action on one task (retry, discard, enable), committed
+    /// before anyone sees it; see [`Shared::operator_action`].
+    pub async fn operator_action(
+        &self,
+        key: &TaskKey,
+        actor: &str,
+        op: crate::core::scheduler::OperatorOp,
+    ) -> Result<TaskRecord, super::EngineError> {
+        self.0.operator_action(key, actor, op).await
+    }
+}
+
+impl std::ops::Deref for EngineHandle {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
 /// A turn at a check-then-write change (of the catalog, or of the settings):
 /// while it is held, no other change of the same kind starts. Dropping it
 /// ends the turn.
@@ -64,6 +99,26 @@ pub struct TaskHealth {
 }
 
 impl Shared {
+    /// The event sink: stage change events, test it, read its status.
+    pub fn sink(&self) -> &crate::sink::Sink {
+        &self.sink
+    }
+
+    /// The database the engine persists to (also holds users, sessions
+    /// and tokens, which the web layer reads and writes itself).
+    pub fn store(&self) -> &crate::store::Store {
+        &self.store
+    }
+
+    /// How polls are made: the instance test makes one through it.
+    pub fn fetch(&self) -> &Arc<dyn super::ports::Fetch> {
+        &self.fetch
+    }
+
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
     /// Wait for a turn at changing the catalog (instances, budget pools):
     /// check-then-insert stays atomic.
     pub async fn edit_catalog(&self) -> EditTurn<'_> {

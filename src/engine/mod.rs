@@ -20,6 +20,7 @@
 
 pub mod budget;
 pub mod handle;
+pub use handle::EngineHandle;
 mod loops;
 mod persist;
 pub mod ports;
@@ -76,20 +77,20 @@ pub enum EngineError {
 pub struct Shared {
     scheduler: Arc<Mutex<Scheduler>>,
     /// The event sink (a no-op when none is configured).
-    pub sink: Sink,
+    sink: Sink,
     /// The sink's settings in force (environment applied).
     sink_config: Mutex<Option<SinkConfig>>,
-    pub store: Store,
+    store: Store,
     /// Where task state is loaded from and committed to: `store`, unless
     /// the ports name another.
     tasks: Arc<dyn TaskStore>,
     /// How polls are made (the HTTP poller in production).
-    pub fetch: Arc<dyn Fetch>,
+    fetch: Arc<dyn Fetch>,
     /// Where the engine reads the time; see [`ports`].
     clock: Arc<dyn Clock>,
     /// Every random draw of the engine. Lock order: `scheduler` before `rng`.
     rng: Mutex<StdRng>,
-    pub metrics: Metrics,
+    metrics: Metrics,
     catalog: Arc<RwLock<Arc<Catalog>>>,
     settings: Mutex<SettingsLayers>,
     write_lock: tokio::sync::Mutex<()>,
@@ -404,8 +405,9 @@ impl Engine {
         })
     }
 
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    /// The handle the layers above use.
+    pub fn handle(&self) -> EngineHandle {
+        EngineHandle::new(self.shared.clone())
     }
 
     /// Stop dispatching, give polls in flight up to `grace` to finish, then

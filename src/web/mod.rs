@@ -16,7 +16,7 @@ pub mod session;
 pub mod session_store;
 pub mod throttle;
 
-use crate::engine::Shared;
+use crate::engine::EngineHandle;
 use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
@@ -26,7 +26,7 @@ use tower_sessions::SessionManagerLayer;
 
 #[derive(Clone)]
 pub struct AppState {
-    pub shared: Arc<Shared>,
+    pub engine: EngineHandle,
     pub web: Arc<WebState>,
 }
 
@@ -157,15 +157,15 @@ impl AppState {
         E: Send + 'static,
         error::ApiError: From<E>,
     {
-        let store = self.shared.store.clone();
+        let store = self.engine.store().clone();
         Ok(tokio::task::spawn_blocking(move || f(&store))
             .await
             .map_err(error::ApiError::internal)??)
     }
 
-    pub fn new(shared: Arc<Shared>, web: WebState) -> Self {
+    pub fn new(engine: EngineHandle, web: WebState) -> Self {
         AppState {
-            shared,
+            engine,
             web: Arc::new(web),
         }
     }
@@ -263,7 +263,7 @@ pub fn router(state: AppState) -> Router {
         .nest("/api", api_router(state.clone()))
         .fallback(page_not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(session_layer(state.shared.store.clone()))
+        .layer(session_layer(state.engine.store().clone()))
         // Outside the session layer, so it sees the cookie that layer sets.
         .layer(axum::middleware::from_fn_with_state(state.clone(), secure_cookie))
         .layer(axum::extract::DefaultBodyLimit::max(1024 * 1024))
@@ -351,8 +351,8 @@ pub fn metrics_router(state: AppState) -> Router {
 }
 
 async fn metrics(axum::extract::State(app): axum::extract::State<AppState>) -> impl IntoResponse {
-    let shared = app.shared.clone();
-    match tokio::task::spawn_blocking(move || shared.metrics.render()).await {
+    let engine = app.engine.clone();
+    match tokio::task::spawn_blocking(move || engine.metrics().render()).await {
         Ok(body) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],

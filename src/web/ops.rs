@@ -22,13 +22,13 @@ pub const SINK_KEY: &str = "sink";
 
 /// An operator event as an outbox row, to commit with the change.
 fn operator_event(app: &AppState, actor: &str, action: &str, target: &str) -> Vec<OutboxEvent> {
-    let event = Event::operator(app.shared.now(), actor, action, target);
-    app.shared.sink.stage(&event).into_iter().collect()
+    let event = Event::operator(app.engine.now(), actor, action, target);
+    app.engine.sink().stage(&event).into_iter().collect()
 }
 
 fn validate(app: &AppState, i: &InstanceConfig) -> Result<(), ApiError> {
     i.validate_fields().map_err(ApiError::invalid)?;
-    app.shared.catalog().check_references(i).map_err(ApiError::invalid)?;
+    app.engine.catalog().check_references(i).map_err(ApiError::invalid)?;
     Ok(())
 }
 
@@ -39,15 +39,15 @@ fn over_budget(message: String) -> ApiError {
 }
 
 async fn persist(app: &AppState, i: InstanceConfig, events: Vec<OutboxEvent>) -> Result<(), ApiError> {
-    let mut next = (*app.shared.catalog()).clone();
+    let mut next = (*app.engine.catalog()).clone();
     next.insert(i.clone(), false);
-    app.shared
-        .check_gate(&next, &app.shared.monitoring())
+    app.engine
+        .check_gate(&next, &app.engine.monitoring())
         .map_err(over_budget)?;
     let saved = i.clone();
     app.with_store(move |s| s.put_instance_with_events(&saved, &events))
         .await?;
-    app.shared.set_catalog(next);
+    app.engine.set_catalog(next);
     Ok(())
 }
 
@@ -72,8 +72,8 @@ fn editable<'a>(
 
 pub async fn create_instance(app: &AppState, i: InstanceConfig, actor: &str) -> Result<(), ApiError> {
     validate(app, &i)?;
-    let _edit = app.shared.edit_catalog().await;
-    if app.shared.catalog().instances.contains_key(i.name.as_str()) {
+    let _edit = app.engine.edit_catalog().await;
+    if app.engine.catalog().instances.contains_key(i.name.as_str()) {
         return Err(ApiError {
             field: Some("name".into()),
             ..ApiError::conflict("duplicate", format!("an instance named {:?} already exists", i.name))
@@ -94,8 +94,8 @@ pub async fn update_instance(
     keep_auth: bool,
     actor: &str,
 ) -> Result<InstanceConfig, ApiError> {
-    let _edit = app.shared.edit_catalog().await;
-    let cat = app.shared.catalog();
+    let _edit = app.engine.edit_catalog().await;
+    let cat = app.engine.catalog();
     let existing = editable(&cat, name, "change")?;
     if i.name != name {
         return Err(ApiError::invalid(FieldError::new(
@@ -126,8 +126,8 @@ pub async fn update_instance(
 }
 
 pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<(), ApiError> {
-    let _edit = app.shared.edit_catalog().await;
-    let cat = app.shared.catalog();
+    let _edit = app.engine.edit_catalog().await;
+    let cat = app.engine.catalog();
     editable(&cat, name, "remove")?;
     let n = name.to_string();
     let events = operator_event(app, actor, "instance.delete", name);
@@ -136,7 +136,7 @@ pub async fn delete_instance(app: &AppState, name: &str, actor: &str) -> Result<
     let mut next = (*cat).clone();
     next.instances.remove(name);
     drop(cat);
-    app.shared.set_catalog(next);
+    app.engine.set_catalog(next);
     tracing::info!(instance = %name, actor, "instance deleted");
     Ok(())
 }
@@ -170,7 +170,7 @@ pub struct TestError {
 
 /// Run every group of the instance once, now, outside the schedule.
 pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>, ApiError> {
-    let cat = app.shared.catalog();
+    let cat = app.engine.catalog();
     let e = cat
         .instances
         .get(name)
@@ -183,9 +183,9 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
     let mut results = Vec::new();
     for g in groups {
         let started = Instant::now();
-        let items = app.shared.fan_out_items(&e.config, &g);
+        let items = app.engine.fan_out_items(&e.config, &g);
         let hard = crate::poll::deadline(&e.config, &g, items.len()) + Duration::from_millis(500);
-        let r = tokio::time::timeout(hard, app.shared.fetch.fetch(&e.config, None, &g, &items)).await;
+        let r = tokio::time::timeout(hard, app.engine.fetch().fetch(&e.config, None, &g, &items)).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         results.push(match r {
             Ok(Ok(ok)) => TestResult {
@@ -241,8 +241,8 @@ pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Res
             }
         }
     }
-    let _edit = app.shared.edit_settings().await;
-    let proposal = app.shared.propose_settings(&patch);
+    let _edit = app.engine.edit_settings().await;
+    let proposal = app.engine.propose_settings(&patch);
     let (saved, effective) = match proposal {
         Ok(p) => p,
         Err(SettingsError::Locked(field, var)) => {
@@ -256,16 +256,16 @@ pub async fn save_settings(app: &AppState, mut patch: Value, actor: &str) -> Res
         }
         Err(SettingsError::Invalid(errs)) => return Err(errs.into_iter().map(ApiError::invalid).collect()),
     };
-    app.shared
-        .check_gate(&app.shared.catalog(), &effective)
+    app.engine
+        .check_gate(&app.engine.catalog(), &effective)
         .map_err(|m| vec![over_budget(m)])?;
     let doc = saved.clone();
-    let event = Event::settings(app.shared.now(), actor, SettingsSection::Monitoring, patch.clone());
-    let events: Vec<OutboxEvent> = app.shared.sink.stage(&event).into_iter().collect();
+    let event = Event::settings(app.engine.now(), actor, SettingsSection::Monitoring, patch.clone());
+    let events: Vec<OutboxEvent> = app.engine.sink().stage(&event).into_iter().collect();
     app.with_store(move |s| s.put_settings_with_events(SETTINGS_KEY, &doc, &events))
         .await
         .map_err(|e| vec![e])?;
-    app.shared.apply_saved_settings(saved, effective);
+    app.engine.apply_saved_settings(saved, effective);
     tracing::info!(actor, change = %patch, "monitoring settings changed");
     Ok(())
 }
@@ -281,8 +281,8 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
     let Some(obj) = patch.as_object() else {
         return Err(ApiError::invalid(FieldError::new("", &patch, "must be a JSON object")));
     };
-    let _edit = app.shared.edit_catalog().await;
-    let cat = app.shared.catalog();
+    let _edit = app.engine.edit_catalog().await;
+    let cat = app.engine.catalog();
     let mut doc = match cat.budgets.iter().find(|b| b.name == name) {
         Some(b) => serde_json::to_value(b).map_err(ApiError::internal)?,
         None => serde_json::json!({ "name": name }),
@@ -308,13 +308,13 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
         None => next.budgets.push(budget.clone()),
     }
     drop(cat);
-    app.shared
-        .check_gate(&next, &app.shared.monitoring())
+    app.engine
+        .check_gate(&next, &app.engine.monitoring())
         .map_err(over_budget)?;
     let saved = budget.clone();
     let change = serde_json::to_value(&budget).unwrap_or(Value::Null);
-    let event = Event::settings(app.shared.now(), actor, SettingsSection::Budget, change);
-    let events: Vec<OutboxEvent> = app.shared.sink.stage(&event).into_iter().collect();
+    let event = Event::settings(app.engine.now(), actor, SettingsSection::Budget, change);
+    let events: Vec<OutboxEvent> = app.engine.sink().stage(&event).into_iter().collect();
     app.with_store(move |store| -> Result<(), crate::store::StoreError> {
         let mut all = store
             .get_settings(BUDGETS_KEY)?
@@ -326,7 +326,7 @@ pub async fn save_budget(app: &AppState, name: &str, patch: Value, actor: &str) 
         store.put_settings_with_events(BUDGETS_KEY, &all, &events)
     })
     .await?;
-    app.shared.set_catalog(next);
+    app.engine.set_catalog(next);
     tracing::info!(pool = %name, actor, budget_rps = budget.budget_rps(), burst = budget.burst, "budget pool changed");
     Ok(budget)
 }
@@ -374,9 +374,9 @@ pub fn sink_json(c: &SinkConfig) -> Value {
 /// (422 naming the field), refused for a field an environment variable sets
 /// (409), stored, and applied at once.
 pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Option<SinkConfig>, ApiError> {
-    let _edit = app.shared.edit_settings().await;
-    let locked = app.shared.locked_sink();
-    let current = app.shared.sink_config();
+    let _edit = app.engine.edit_settings().await;
+    let locked = app.engine.locked_sink();
+    let current = app.engine.sink_config();
     let enabled = match patch.get("enabled") {
         None => None,
         Some(Value::Bool(b)) => Some(*b),
@@ -497,11 +497,11 @@ pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Opti
     // Staged by the new settings, not the old: a sink turned on records it;
     // one turned off has no receiver to tell.
     let shown = next.as_ref().map(sink_json).unwrap_or(Value::Null);
-    let event = Event::settings(app.shared.now(), actor, SettingsSection::Sink, shown);
+    let event = Event::settings(app.engine.now(), actor, SettingsSection::Sink, shown);
     let events: Vec<OutboxEvent> = next.iter().map(|_| event.to_outbox(&mut rand::rng())).collect();
     app.with_store(move |s| s.put_settings_with_events(SINK_KEY, &saved, &events))
         .await?;
-    app.shared.apply_sink_config(next.clone());
+    app.engine.apply_sink_config(next.clone());
     tracing::info!(actor, enabled = next.is_some(), "event sink settings changed");
     Ok(next)
 }

@@ -96,8 +96,8 @@ impl TestApp {
             .await
             .expect("app builds");
         let (token, _) = app
-            .shared()
-            .store
+            .engine()
+            .store()
             .create_token(
                 "tests",
                 pollster::store::TokenScope::Admin,
@@ -106,7 +106,7 @@ impl TestApp {
             .expect("token");
         let addr = app.api_addr();
         let metrics_addr = app.metrics_addr();
-        let store = app.shared().store.clone();
+        let store = app.engine().store().clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.run_until_stopped(async {

@@ -28,8 +28,8 @@ static BACKUP_SEQ: AtomicU64 = AtomicU64::new(0);
 )]
 pub async fn backup(State(app): State<AppState>) -> Result<Response, ApiError> {
     let dir = app
-        .shared
-        .store
+        .engine
+        .store()
         .path()
         .parent()
         .map(|p| p.to_path_buf())

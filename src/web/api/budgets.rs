@@ -32,7 +32,7 @@ pub struct Budget {
 
 impl Budget {
     fn of(app: &AppState, b: &crate::model::BudgetConfig) -> Self {
-        let pool = app.shared.pool_budget(&b.name);
+        let pool = app.engine.pool_budget(&b.name);
         Budget {
             name: b.name.clone(),
             requests_per_second: b.requests_per_second,
@@ -67,7 +67,7 @@ pub struct PoolPath {
     responses((status = 200, description = "pools", body = BudgetList)),
 )]
 pub async fn list(State(app): State<AppState>) -> Json<BudgetList> {
-    let cat = app.shared.catalog();
+    let cat = app.engine.catalog();
     Json(BudgetList {
         budgets: cat.budgets.iter().map(|b| Budget::of(&app, b)).collect(),
     })

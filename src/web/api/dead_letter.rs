@@ -99,7 +99,7 @@ pub async fn list(
         )));
     }
     let (count, entries) = app
-        .shared
+        .engine
         .dead_letter_page((page - 1).saturating_mul(per_page), per_page);
     Ok(Json(DeadLetterPage {
         count,
@@ -139,7 +139,7 @@ pub async fn retry(
 ) -> Result<(StatusCode, Json<TaskState>), ApiError> {
     let key = TaskKey::new(&instance, &group);
     let rec = app
-        .shared
+        .engine
         .operator_action(&key, &who.actor(), OperatorOp::Retry)
         .await?;
     tracing::info!(task = %key, actor = %who.actor(), "operator retried dead-letter task");
@@ -168,7 +168,7 @@ pub async fn discard(
 ) -> Result<Json<TaskState>, ApiError> {
     let key = TaskKey::new(&instance, &group);
     let rec = app
-        .shared
+        .engine
         .operator_action(&key, &who.actor(), OperatorOp::Discard)
         .await?;
     tracing::info!(task = %key, actor = %who.actor(), "operator discarded dead-letter task; task disabled");
@@ -194,7 +194,7 @@ pub async fn enable(
 ) -> Result<Json<TaskState>, ApiError> {
     let key = TaskKey::new(&instance, &group);
     let rec = app
-        .shared
+        .engine
         .operator_action(&key, &who.actor(), OperatorOp::Enable)
         .await?;
     tracing::info!(task = %key, actor = %who.actor(), "operator enabled task");

@@ -4,7 +4,7 @@
 //! shows the same data, and `/status?format=json` returns it.
 
 use super::openapi;
-use crate::engine::Shared;
+use crate::engine::EngineHandle;
 use crate::model::Timestamp;
 use crate::web::AppState;
 use crate::web::pool_view::{PoolView, UNBUDGETED};
@@ -95,9 +95,9 @@ pub struct GroupSchema {
 type GroupKey = (Arc<str>, Arc<str>, Arc<str>);
 
 /// The plan of every pool as it stands now.
-pub fn plan_doc(shared: &Shared) -> PlanDoc {
-    let now = shared.now();
-    let reading = shared.plan_reading(now);
+pub fn plan_doc(engine: &EngineHandle) -> PlanDoc {
+    let now = engine.now();
+    let reading = engine.plan_reading(now);
     let mut pools: Vec<PoolView> = reading
         .pools
         .iter()
@@ -145,7 +145,7 @@ pub fn plan_doc(shared: &Shared) -> PlanDoc {
     responses((status = 200, description = "plan", body = PlanDoc)),
 )]
 pub async fn list(State(app): State<AppState>) -> Json<PlanDoc> {
-    Json(plan_doc(&app.shared))
+    Json(plan_doc(&app.engine))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 pub async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
-    match app.shared.readiness(app.shared.now()) {
+    match app.engine.readiness(app.engine.now()) {
         Ok(()) => (
             StatusCode::OK,
             Json(Probe {
@@ -193,7 +193,7 @@ pub struct FailedItemView<'a> {
 /// The health document, serialised: the engine's snapshot (taken under the
 /// scheduler lock), turned into JSON after the lock is released.
 pub fn health_document(app: &AppState, now: Timestamp) -> Vec<u8> {
-    let snap = app.shared.snapshot(now, Detail::EveryTask);
+    let snap = app.engine.snapshot(now, Detail::EveryTask);
     let doc = HealthDocument {
         updated_at: now.to_rfc3339(),
         enabled: snap.adaptive_enabled,
@@ -277,7 +277,7 @@ pub async fn scheduler_health(State(app): State<AppState>) -> impl IntoResponse 
             _ => {
                 let started = std::time::Instant::now();
                 let shared = app.clone();
-                let doc = tokio::task::spawn_blocking(move || health_document(&shared, shared.shared.now()))
+                let doc = tokio::task::spawn_blocking(move || health_document(&shared, shared.engine.now()))
                     .await
                     .map(axum::body::Bytes::from)
                     .unwrap_or_default();

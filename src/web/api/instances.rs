@@ -144,7 +144,7 @@ pub struct ListQuery {
     ),
 )]
 pub async fn list(State(app): State<AppState>, QueryParams(q): QueryParams<ListQuery>) -> Json<InstanceList> {
-    let cat = app.shared.catalog();
+    let cat = app.engine.catalog();
     let instances: Vec<Instance> = cat
         .instances
         .values()
@@ -177,7 +177,7 @@ pub async fn get(
     State(app): State<AppState>,
     Path(NamePath { name }): Path<NamePath>,
 ) -> Result<Json<Instance>, ApiError> {
-    let cat = app.shared.catalog();
+    let cat = app.engine.catalog();
     let e = cat
         .instances
         .get(&name)
@@ -234,7 +234,7 @@ pub async fn update(
     Path(NamePath { name }): Path<NamePath>,
     JsonBody(mut doc): JsonBody<Value>,
 ) -> Result<Json<Instance>, ApiError> {
-    if !app.shared.catalog().instances.contains_key(&name) {
+    if !app.engine.catalog().instances.contains_key(&name) {
         return Err(ApiError::not_found(format!("no instance named {name:?}")));
     }
     let Some(obj) = doc.as_object_mut() else {

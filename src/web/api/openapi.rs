@@ -403,7 +403,7 @@ pub fn document(types: &[&str]) -> Value {
     responses((status = 200, description = "OpenAPI 3 document", body = Object)),
 )]
 pub async fn openapi(State(app): State<AppState>) -> Json<Value> {
-    let cat = app.shared.catalog();
+    let cat = app.engine.catalog();
     let types: Vec<&str> = cat.types.keys().map(String::as_str).collect();
     Json(document(&types))
 }

@@ -27,8 +27,8 @@ pub struct SettingsDocument {
 
 pub fn settings_document(app: &AppState) -> SettingsDocument {
     SettingsDocument {
-        settings: app.shared.monitoring(),
-        locked: app.shared.locked_settings(),
+        settings: app.engine.monitoring(),
+        locked: app.engine.locked_settings(),
     }
 }
 

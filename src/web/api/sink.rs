@@ -66,9 +66,9 @@ pub struct SinkStatusSchema {
 
 pub fn sink_document(app: &AppState) -> SinkDocument {
     SinkDocument {
-        sink: app.shared.sink_config().as_ref().map(SinkShown::of),
-        locked: app.shared.locked_sink(),
-        status: app.shared.sink.status(),
+        sink: app.engine.sink_config().as_ref().map(SinkShown::of),
+        locked: app.engine.locked_sink(),
+        status: app.engine.sink().status(),
     }
 }
 
@@ -132,7 +132,7 @@ pub async fn test(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
 ) -> Result<Json<SinkTestResult>, ApiError> {
-    match app.shared.sink.send_test(&who.actor()).await {
+    match app.engine.sink().send_test(&who.actor()).await {
         Ok(()) => Ok(Json(SinkTestResult { ok: true, error: None })),
         Err(e @ SendError::Disabled) => Err(ApiError::conflict(
             "sink_disabled",

@@ -116,7 +116,7 @@ struct PasswordCheck {
 
 impl PasswordCheck {
     fn begin(app: &AppState, ip: IpAddr) -> Result<PasswordCheck, NotChecked> {
-        let logins = &app.shared.metrics.logins;
+        let logins = &app.engine.metrics().logins;
         let Ok(permit) = app.web.password_checks.clone().try_acquire_owned() else {
             logins.with_label_values(&["busy"]).inc();
             return Err(NotChecked::Busy);
@@ -149,7 +149,7 @@ impl PasswordCheck {
     fn finish(mut self, ok: bool) -> Option<std::time::Duration> {
         self.finished = true;
         let result = if ok { "success" } else { "failure" };
-        self.app.shared.metrics.logins.with_label_values(&[result]).inc();
+        self.app.engine.metrics().logins.with_label_values(&[result]).inc();
         self.app.web.throttle().finish(self.ip, ok, Timestamp::now())
     }
 }
@@ -232,7 +232,7 @@ pub async fn setup(
         check.finish(true);
         return (StatusCode::UNPROCESSABLE_ENTITY, setup_page_with(&app, Some(error))).into_response();
     }
-    let store = app.shared.store.clone();
+    let store = app.engine.store().clone();
     let pw = f.password;
     let res = check
         .run(move || accounts::set_admin_password(&store, &pw, Timestamp::now()))
@@ -290,7 +290,7 @@ pub async fn login(
         Ok(c) => c,
         Err(why) => return not_checked(|m| login_error(StatusCode::TOO_MANY_REQUESTS, m), why),
     };
-    let store = app.shared.store.clone();
+    let store = app.engine.store().clone();
     let user = f.username.trim().to_string();
     let pw = f.password;
     let ok = check
@@ -413,11 +413,11 @@ pub async fn change_password(
             return not_checked(move |_| page.into_response(), why);
         }
     };
-    let store = app.shared.store.clone();
+    let store = app.engine.store().clone();
     let u = user.clone();
     let event =
         crate::sink::event::Event::operator(Timestamp::now(), &format!("user:{user}"), "password.change", &user);
-    let events: Vec<_> = app.shared.sink.stage(&event).into_iter().collect();
+    let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
     let keep = session.id().map(|id| crate::store::session_key(&id.to_string()));
     let result = check
         .run(move || -> Result<usize, ChangeRefused> {
@@ -495,7 +495,7 @@ pub async fn create_token(
         },
     };
     let n = name.clone();
-    let (sink, actor) = (app.shared.sink.clone(), who.actor());
+    let (sink, actor) = (app.engine.sink().clone(), who.actor());
     let event = move |info: &crate::store::TokenInfo| {
         let target = format!("{}({})", info.name, info.id);
         let e = crate::sink::event::Event::operator(Timestamp::now(), &actor, "token.create", &target);
@@ -521,7 +521,7 @@ pub async fn revoke_token(
 ) -> Redirect {
     let i = id.clone();
     let event = crate::sink::event::Event::operator(Timestamp::now(), &who.actor(), "token.revoke", &id);
-    let events: Vec<_> = app.shared.sink.stage(&event).into_iter().collect();
+    let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
     let revoked = app
         .with_store(move |s| s.revoke_token_with_events(&i, &events))
         .await

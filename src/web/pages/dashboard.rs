@@ -126,7 +126,7 @@ fn when(t: Option<Timestamp>) -> String {
 /// Everything the panels show: the engine's snapshot (the one the health
 /// API and `/metrics` show), each list cut to its first [`ROWS`].
 pub fn panels(app: &AppState, now: Timestamp, history: &[(u64, crate::store::Rollup)]) -> Panels {
-    let snap = app.shared.snapshot(now, Detail::Summary);
+    let snap = app.engine.snapshot(now, Detail::Summary);
     let breakers = snap
         .breakers
         .iter()
@@ -259,7 +259,7 @@ pub struct DashboardQuery {
 }
 
 pub async fn history(app: &AppState, now: Timestamp) -> Vec<(u64, crate::store::Rollup)> {
-    let store = app.shared.store.clone();
+    let store = app.engine.store().clone();
     let since = (now.0 / 1000).saturating_sub(24 * 3600);
     tokio::task::spawn_blocking(move || store.history_since(since))
         .await
@@ -269,7 +269,7 @@ pub async fn history(app: &AppState, now: Timestamp) -> Vec<(u64, crate::store::
 }
 
 pub async fn page(State(app): State<AppState>, session: Session, Query(q): Query<DashboardQuery>) -> Response {
-    let now = app.shared.now();
+    let now = app.engine.now();
     let hist = history(&app, now).await;
     let csrf = session::csrf_token(&session).await;
     let p = app.render(move |app| panels(app, now, &hist)).await;
@@ -294,7 +294,7 @@ async fn dead_letter_action(
     done: &str,
     op: crate::core::scheduler::OperatorOp,
 ) -> Redirect {
-    let msg = match app.shared.operator_action(&key, &who.actor(), op).await {
+    let msg = match app.engine.operator_action(&key, &who.actor(), op).await {
         Ok(_) => {
             tracing::info!(task = %key, actor = %who.actor(), "dead-letter task: {done}");
             format!("{key}: {done}.")

@@ -69,7 +69,7 @@ fn enc(s: &str) -> String {
 fn states(app: &AppState) -> HashMap<String, (&'static str, Option<Timestamp>)> {
     let mut out: HashMap<String, (&'static str, Option<Timestamp>)> = HashMap::new();
     let rank = |st: &str| STATES.iter().position(|x| *x == st).unwrap_or(0);
-    for t in app.shared.task_health() {
+    for t in app.engine.task_health() {
         let st = if t.disabled {
             "disabled"
         } else if t.dead_lettered {
@@ -91,7 +91,7 @@ fn states(app: &AppState) -> HashMap<String, (&'static str, Option<Timestamp>)> 
 }
 
 pub async fn list(State(app): State<AppState>, session: Session, Query(q): Query<ListQuery>) -> ListPage {
-    let cat = app.shared.catalog();
+    let cat = app.engine.catalog();
     let st = states(&app);
     let needle = q.q.trim().to_lowercase();
     let mut rows: Vec<Row> = cat
@@ -247,7 +247,7 @@ async fn form_page(
     v: HashMap<String, String>,
     errors: HashMap<String, String>,
 ) -> FormPage {
-    let cat = app.shared.catalog();
+    let cat = app.engine.catalog();
     let title = if editing {
         format!("Instance {}", v.get("name").cloned().unwrap_or_default())
     } else {
@@ -278,7 +278,7 @@ pub async fn new_form(State(app): State<AppState>, session: Session) -> FormPage
 }
 
 pub async fn edit_form(State(app): State<AppState>, session: Session, Path(name): Path<String>) -> Response {
-    let cat = app.shared.catalog();
+    let cat = app.engine.catalog();
     let Some(e) = cat.instances.get(&name) else {
         session::set_flash(&session, format!("No instance named {name:?}.")).await;
         return Redirect::to("/instances").into_response();
@@ -426,7 +426,7 @@ pub async fn update(
     };
     // Same kind and blank secret: keep the stored credentials.
     let same_kind = app
-        .shared
+        .engine
         .catalog()
         .instances
         .get(&name)

@@ -248,8 +248,8 @@ pub struct BudgetRow {
 }
 
 fn budget_rows(app: &AppState) -> Vec<BudgetRow> {
-    let cat = app.shared.catalog();
-    let effective = app.shared.effective_budgets();
+    let cat = app.engine.catalog();
+    let effective = app.engine.effective_budgets();
     cat.budgets
         .iter()
         .map(|p| BudgetRow {
@@ -389,8 +389,8 @@ pub async fn index() -> Redirect {
 }
 
 pub async fn monitoring_page(State(app): State<AppState>, session: Session) -> MonitoringPage {
-    let doc = serde_json::to_value(app.shared.monitoring()).unwrap_or(Value::Null);
-    let locked = app.shared.locked_settings();
+    let doc = serde_json::to_value(app.engine.monitoring()).unwrap_or(Value::Null);
+    let locked = app.engine.locked_settings();
     MonitoringPage {
         layout: layout(&session, "Monitoring settings", "monitoring", crumbs()).await,
         sections: views(&doc, None, &locked, &HashMap::new()),
@@ -468,7 +468,7 @@ pub async fn monitoring_save(
     session: Session,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
-    let locked = app.shared.locked_settings();
+    let locked = app.engine.locked_settings();
     let result = match patch_from_form(&form, &locked) {
         Ok(patch) => ops::save_settings(&app, patch, &who.actor()).await.map_err(|errs| {
             errs.into_iter()
@@ -483,7 +483,7 @@ pub async fn monitoring_save(
             Redirect::to("/settings/system/monitoring").into_response()
         }
         Err(errors) => {
-            let doc = serde_json::to_value(app.shared.monitoring()).unwrap_or(Value::Null);
+            let doc = serde_json::to_value(app.engine.monitoring()).unwrap_or(Value::Null);
             let mut summary: Vec<String> = errors
                 .iter()
                 .map(|(k, v)| {

@@ -72,8 +72,8 @@ fn page_for(
     app: &AppState,
     form: Option<&HashMap<String, String>>,
 ) -> (bool, Vec<SinkField>, String, bool, Option<String>) {
-    let config = app.shared.sink_config();
-    let locked = app.shared.locked_sink();
+    let config = app.engine.sink_config();
+    let locked = app.engine.locked_sink();
     let current = config.clone().unwrap_or_else(|| SinkConfig::new(""));
     let shown = |name: &str| -> String {
         if let Some(v) = form.and_then(|f| f.get(name)) {
@@ -130,7 +130,7 @@ async fn render(
         headers,
         gzip,
         gzip_locked,
-        status: app.shared.sink.status(),
+        status: app.engine.sink().status(),
         error,
     }
 }
@@ -177,7 +177,7 @@ pub async fn save(
     session: Session,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
-    let locked = app.shared.locked_sink();
+    let locked = app.engine.locked_sink();
     let patch = if form.contains_key("turn_off") {
         Ok(Value::Null)
     } else {
@@ -207,7 +207,7 @@ pub async fn save(
 }
 
 pub async fn test(State(app): State<AppState>, Extension(who): Extension<Principal>, session: Session) -> Redirect {
-    let msg = match app.shared.sink.send_test(&who.actor()).await {
+    let msg = match app.engine.sink().send_test(&who.actor()).await {
         Ok(()) => "Test event delivered.".to_string(),
         Err(e) => format!("Test event not delivered: {e}"),
     };

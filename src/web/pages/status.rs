@@ -115,7 +115,7 @@ fn card(v: PoolView) -> PoolCard {
 }
 
 pub async fn page(State(app): State<AppState>, session: Session, QueryParams(q): QueryParams<StatusQuery>) -> Response {
-    let doc = plan_doc(&app.shared);
+    let doc = plan_doc(&app.engine);
     if q.format == Format::Json {
         return Json(doc).into_response();
     }
