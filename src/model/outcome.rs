@@ -91,6 +91,47 @@ pub struct PollSuccess {
     /// The body, for a group with `forward = true` (to ship to the event
     /// sink); for a fan-out, a JSON object of the items' bodies by item.
     pub body: Option<Vec<u8>>,
+    /// The body parsed as JSON, for a group with value rules to run them
+    /// on; for a fan-out, each successful item's body. `None` for a group
+    /// without rules.
+    pub json: Option<PolledJson>,
+    /// The raw body and its content type, for a group with
+    /// `keep_body = true` (the data API serves the last good one); a body
+    /// over `max_body_bytes` is not kept and says so. For a fan-out, each
+    /// successful item's. `None` for a group without `keep_body`.
+    pub kept_body: Option<KeptBodies>,
+}
+
+/// Something a successful poll has per body it fetched: one for a group
+/// without `fan_out`, one per successful item for a fan-out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Polled<T> {
+    /// The group's one body.
+    One(T),
+    /// A fan-out's successful items, in item order, with what each gave.
+    /// Failed items are absent (they are in [`PollSuccess::failed_items`]).
+    Items(Vec<(String, T)>),
+}
+
+/// The JSON documents a poll hands to a group's value rules
+/// ([`PollSuccess::json`]).
+pub type PolledJson = Polled<serde_json::Value>;
+
+/// The bodies a `keep_body` group keeps ([`PollSuccess::kept_body`]).
+pub type KeptBodies = Polled<KeptBody>;
+
+/// One response body kept for the data API (`keep_body = true`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeptBody {
+    /// The body, at most `max_body_bytes` long.
+    Kept {
+        /// The response's `Content-Type`; empty if it had none.
+        content_type: String,
+        bytes: Vec<u8>,
+    },
+    /// The body was larger than `max_body_bytes` and was not kept (the poll
+    /// still succeeded): its size.
+    TooLarge { bytes: u64 },
 }
 
 /// A shape count learned from a response.

@@ -8,12 +8,24 @@
 //! normal group that is the instance timeout, under which connect, TLS,
 //! headers and body all run; passing it is a transient timeout.
 //!
-//! Bodies are hashed as they stream in and not kept, except for a
-//! `shape_from` group: its body is also buffered (still within
-//! `max_response_bytes`) and parsed as JSON, and the array its pointer names
-//! gives [`PollSuccess::shape`] (count and `item_field` values; see
-//! [`shape`]). A body that is not JSON or a pointer that names no array is a
-//! transient `body` error.
+//! Bodies are hashed as they stream in and dropped, unless the group needs
+//! them; then they are also buffered (still within `max_response_bytes`):
+//!
+//! - `shape_from`: the body is parsed as JSON, and the array its pointer
+//!   names gives [`PollSuccess::shape`] (count and `item_field` values; see
+//!   [`shape`]). A body that is not JSON or a pointer that names no array is
+//!   a transient `body` error.
+//! - value rules: the body is parsed as JSON (once, shared with
+//!   `shape_from`) and returned as [`PollSuccess::json`] for the rules to
+//!   run on. A body that is not JSON is a transient `body` error.
+//! - `forward`: the bytes are returned as [`PollSuccess::body`].
+//! - `keep_body`: the bytes and the `Content-Type` are returned as
+//!   [`PollSuccess::kept_body`] if the body is at most `max_body_bytes`;
+//!   a larger body is not kept ([`KeptBody::TooLarge`]) and the poll still
+//!   succeeds. Buffering for `keep_body` alone stops once the body is over
+//!   that limit.
+//!
+//! A group with none of these keeps no bytes at all.
 //!
 //! A `fan_out` group runs once per item passed to [`Poller::poll`] (the
 //! items learned by the group it names): `{item}` in the path becomes the
@@ -25,7 +37,10 @@
 //! digests in item order, the summed size) and lists the failed items in
 //! [`PollSuccess::failed_items`]; if all fail it is the first item's error,
 //! prefixed `all N items failed; first (ITEM): `. No items yet is a
-//! transient error. A fan-out group's responses are not parsed for a shape.
+//! transient error. A fan-out group's responses are not parsed for a shape;
+//! with value rules each item's body is parsed (an item whose body is not
+//! JSON is a failed item), and the parsed and kept bodies come back per
+//! successful item, in item order ([`Polled::Items`]).
 //!
 //! Clients: one shared [`reqwest::Client`] (system roots, keep-alive
 //! connection reuse) serves every instance that verifies normally; instances
@@ -42,10 +57,10 @@ pub mod tls;
 mod tests;
 
 use crate::model::{
-    Auth, BaseUrl, ErrorCategory, ErrorKind, FailedItem, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
-    parse_fingerprint,
+    Auth, BaseUrl, ErrorCategory, ErrorKind, FailedItem, GroupDef, InstanceConfig, KeptBody, PollError, PollResult,
+    PollSuccess, Polled, PolledJson, parse_fingerprint,
 };
-use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -64,8 +79,8 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Most requests a fan-out run has in flight at once.
 pub const FAN_OUT_CONCURRENCY: usize = 8;
 
-/// Most bytes reserved up front for a kept (`shape_from`) body, whatever
-/// its `Content-Length` claims; the buffer grows past it as bytes arrive.
+/// Most bytes reserved up front for a buffered body, whatever its
+/// `Content-Length` claims; the buffer grows past it as bytes arrive.
 const MAX_BODY_PREALLOC: u64 = 1 << 20;
 
 /// Failure to set up the HTTP machinery at startup.
@@ -133,11 +148,7 @@ impl Poller {
         if let Some(source) = &group.fan_out {
             return self.poll_fan_out(instance, base, group, source, items).await;
         }
-        let shape = group.shape_from.as_deref().map(|pointer| ShapeSpec {
-            pointer,
-            item_field: group.item_field.as_deref(),
-        });
-        self.fetch_timed(instance, base, &group.path, shape, group.forward, instance.timeout)
+        self.fetch_timed(instance, base, &group.path, BodyUse::of(group), instance.timeout)
             .await
     }
 
@@ -148,27 +159,19 @@ impl Poller {
         instance: &InstanceConfig,
         base: &BaseUrl,
         path: &str,
-        shape: Option<ShapeSpec<'_>>,
-        forward: bool,
+        uses: BodyUse<'_>,
         timeout: Duration,
     ) -> PollResult {
-        match tokio::time::timeout(timeout, self.fetch(instance, base, path, shape, forward)).await {
+        match tokio::time::timeout(timeout, self.fetch(instance, base, path, uses)).await {
             Ok(result) => result,
             Err(_) => Err(timeout_error(instance.timeout)),
         }
     }
 
     /// `GET <instance url>/<path>`: status classification, the size limit
-    /// and the digest; with `shape`, the body is also kept and parsed; with
-    /// `forward`, it is kept and returned.
-    async fn fetch(
-        &self,
-        instance: &InstanceConfig,
-        base: &BaseUrl,
-        path: &str,
-        shape: Option<ShapeSpec<'_>>,
-        forward: bool,
-    ) -> PollResult {
+    /// and the digest; the body is also buffered, parsed and returned as
+    /// `uses` asks.
+    async fn fetch(&self, instance: &InstanceConfig, base: &BaseUrl, path: &str, uses: BodyUse<'_>) -> PollResult {
         let url = join_parsed(base, path)?;
         let headers = request_headers(&instance.auth)?;
         let client = self.client_for(instance)?;
@@ -190,10 +193,16 @@ impl Poller {
         {
             return Err(too_large(limit));
         }
-        // Only a shape_from or forward group keeps its body; every other
-        // group hashes the chunks as they arrive and drops them.
-        let mut kept: Option<Vec<u8>> = (shape.is_some() || forward).then(|| {
-            let hint = response.content_length().unwrap_or(0).min(MAX_BODY_PREALLOC);
+        let content_type = uses.keep.map(|_| content_type_of(response.headers()));
+        // A body wanted whole (parsed or forwarded) is buffered to the end; one
+        // wanted only for `keep_body` is buffered while it is within
+        // `max_body_bytes`. Any other body is hashed and dropped chunk by chunk.
+        let whole = uses.wants_whole();
+        let keep_limit = if whole { None } else { uses.keep };
+        let declared = response.content_length();
+        let buffer = whole || keep_limit.is_some_and(|k| declared.is_none_or(|len| len <= k));
+        let mut kept: Option<Vec<u8>> = buffer.then(|| {
+            let hint = declared.unwrap_or(0).min(MAX_BODY_PREALLOC);
             Vec::with_capacity(usize::try_from(hint).unwrap_or(0))
         });
         let mut hasher = Sha256::new();
@@ -204,13 +213,43 @@ impl Poller {
                 return Err(too_large(limit));
             }
             hasher.update(&chunk);
-            if let Some(body) = kept.as_mut() {
+            if keep_limit.is_some_and(|k| size > k) {
+                kept = None;
+            } else if let Some(body) = kept.as_mut() {
                 body.extend_from_slice(&chunk);
             }
         }
-        let shape = match (shape, &kept) {
-            (Some(spec), Some(body)) => Some(shape::shape_of(body, spec.pointer, spec.item_field)?),
+
+        // One parse serves both the shape and the value rules.
+        let doc = match (uses.shape, uses.json) {
+            (None, false) => None,
+            (shape, _) => {
+                let context = match shape {
+                    Some(spec) => shape::shape_context(spec.pointer),
+                    None => "value rules".to_owned(),
+                };
+                Some(shape::parse_json(kept.as_deref().unwrap_or_default(), &context)?)
+            }
+        };
+        let shape = match (uses.shape, &doc) {
+            (Some(spec), Some(doc)) => Some(shape::shape_in(doc, spec.pointer, spec.item_field)?),
             _ => None,
+        };
+        let json = if uses.json { doc.map(Polled::One) } else { None };
+        // A body received whole is its `Content-Length` long (hyper ends it
+        // there), so one declared over `max_body_bytes` and not buffered is
+        // over it here too.
+        let kept_body = match uses.keep {
+            None => None,
+            Some(max) if size > max => Some(Polled::One(KeptBody::TooLarge { bytes: size })),
+            Some(_) => {
+                // Both `forward` and `keep_body`: the only case with a copy.
+                let bytes = if uses.forward { kept.clone() } else { kept.take() };
+                Some(Polled::One(KeptBody::Kept {
+                    content_type: content_type.unwrap_or_default(),
+                    bytes: bytes.unwrap_or_default(),
+                }))
+            }
         };
         Ok(PollSuccess {
             status,
@@ -218,7 +257,9 @@ impl Poller {
             body_bytes: size,
             shape,
             failed_items: Vec::new(),
-            body: if forward { kept } else { None },
+            body: if uses.forward { kept } else { None },
+            json,
+            kept_body,
         })
     }
 
@@ -251,8 +292,9 @@ impl Poller {
     }
 
     /// One item of a fan-out: the group path with `{item}` filled in, as a
-    /// normal poll (no shape is parsed), under the instance timeout or the
-    /// time left until `end`, whichever is shorter.
+    /// normal poll (no shape is parsed; value rules, `forward` and
+    /// `keep_body` apply to the item's body), under the instance timeout or
+    /// the time left until `end`, whichever is shorter.
     async fn poll_item(
         &self,
         instance: &InstanceConfig,
@@ -268,8 +310,11 @@ impl Poller {
                 .min(end.saturating_duration_since(tokio::time::Instant::now())),
             None => instance.timeout,
         };
-        self.fetch_timed(instance, base, &path, None, group.forward, timeout)
-            .await
+        let uses = BodyUse {
+            shape: None,
+            ..BodyUse::of(group)
+        };
+        self.fetch_timed(instance, base, &path, uses, timeout).await
     }
 
     /// The client for an instance's TLS settings.
@@ -473,25 +518,79 @@ struct ShapeSpec<'a> {
     item_field: Option<&'a str>,
 }
 
+/// What a request does with its body beyond the digest and the size.
+#[derive(Debug, Clone, Copy)]
+struct BodyUse<'a> {
+    /// `shape_from`: parse it and read the shape.
+    shape: Option<ShapeSpec<'a>>,
+    /// Value rules: parse it and return the document.
+    json: bool,
+    /// `forward`: return the bytes.
+    forward: bool,
+    /// `keep_body`: return the bytes and content type if the body is at
+    /// most this many bytes (`max_body_bytes`).
+    keep: Option<u64>,
+}
+
+impl<'a> BodyUse<'a> {
+    fn of(group: &'a GroupDef) -> Self {
+        BodyUse {
+            shape: group.shape_from.as_deref().map(|pointer| ShapeSpec {
+                pointer,
+                item_field: group.item_field.as_deref(),
+            }),
+            json: !group.values.is_empty(),
+            forward: group.forward,
+            keep: group.keep_body.then_some(group.max_body_bytes),
+        }
+    }
+
+    /// Whether the whole body is needed, whatever its size.
+    fn wants_whole(&self) -> bool {
+        self.shape.is_some() || self.json || self.forward
+    }
+}
+
+/// A response's `Content-Type` as text (invalid UTF-8 replaced); empty if
+/// it has none.
+fn content_type_of(headers: &HeaderMap) -> String {
+    headers
+        .get(CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default()
+}
+
 /// The outcome of a fan-out from its items' results, in item order: a
 /// success if any item succeeded (status of the first success, a digest over
-/// the successful `(item, digest)` pairs, the summed size, the failed items),
-/// else the first item's error with its message prefixed by
-/// `all N items failed; first (ITEM): `.
+/// the successful `(item, digest)` pairs, the summed size, the failed items,
+/// the successful items' parsed and kept bodies), else the first item's
+/// error with its message prefixed by `all N items failed; first (ITEM): `.
 fn combine_fan_out(items: &[String], results: Vec<PollResult>) -> PollResult {
     let mut status = None;
     let mut hasher = Sha256::new();
     let mut body_bytes: u64 = 0;
     let mut failed = Vec::new();
     let mut bodies: Option<serde_json::Map<String, serde_json::Value>> = None;
+    let mut docs: Option<Vec<(String, serde_json::Value)>> = None;
+    let mut kept: Option<Vec<(String, KeptBody)>> = None;
     for (item, result) in items.iter().zip(results) {
         match result {
             Ok(ok) => {
                 status.get_or_insert(ok.status);
                 if let Some(body) = &ok.body {
-                    let value = serde_json::from_slice(body)
-                        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(body).into_owned()));
+                    let value = match &ok.json {
+                        // Already parsed for the value rules.
+                        Some(Polled::One(doc)) => doc.clone(),
+                        _ => serde_json::from_slice(body)
+                            .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(body).into_owned())),
+                    };
                     bodies.get_or_insert_with(Default::default).insert(item.clone(), value);
+                }
+                if let Some(json) = ok.json {
+                    gather(&mut docs, item, json);
+                }
+                if let Some(body) = ok.kept_body {
+                    gather(&mut kept, item, body);
                 }
                 // Length-prefixed, so the byte stream is unambiguous.
                 hasher.update((item.len() as u64).to_be_bytes());
@@ -513,6 +612,8 @@ fn combine_fan_out(items: &[String], results: Vec<PollResult>) -> PollResult {
             shape: None,
             failed_items: failed,
             body: bodies.map(|b| serde_json::Value::Object(b).to_string().into_bytes()),
+            json: docs.map(PolledJson::Items),
+            kept_body: kept.map(Polled::Items),
         });
     }
     let n = failed.len();
@@ -530,6 +631,16 @@ fn combine_fan_out(items: &[String], results: Vec<PollResult>) -> PollResult {
         error.message
     );
     Err(error)
+}
+
+/// Add one item's [`Polled`] to a fan-out's list (an item's request gives
+/// [`Polled::One`]).
+fn gather<T>(list: &mut Option<Vec<(String, T)>>, item: &str, polled: Polled<T>) {
+    let list = list.get_or_insert_with(Vec::new);
+    match polled {
+        Polled::One(value) => list.push((item.to_owned(), value)),
+        Polled::Items(values) => list.extend(values),
+    }
 }
 
 /// Run `make(0) .. make(n - 1)` with at most `limit` of them in flight, a

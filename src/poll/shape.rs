@@ -1,12 +1,13 @@
 //! Response shapes and fan-out paths: the pure parts of `shape_from` and
 //! `fan_out` (§1), kept apart from the HTTP code so they are easy to test.
 //!
-//! [`shape_of`] reads the array a `shape_from` JSON pointer (RFC 6901) names
-//! in a response body: its length becomes the shape count, and with an
-//! `item_field` each element's value of that field names an item. A body that
-//! is not JSON, a pointer that names nothing, or a value that is not an array
-//! is a transient `body` error (§3: a malformed body for a `shape_from`
-//! group), with a one-line message naming the pointer.
+//! [`shape_of`] (or [`shape_in`], on a body [`parse_json`] has parsed) reads
+//! the array a `shape_from` JSON pointer (RFC 6901) names in a response body:
+//! its length becomes the shape count, and with an `item_field` each
+//! element's value of that field names an item. A body that is not JSON, a
+//! pointer that names nothing, or a value that is not an array is a transient
+//! `body` error (§3: a malformed body for a `shape_from` group), with a
+//! one-line message naming the pointer.
 //!
 //! Item names: a string value is taken as is; a number or a boolean as its
 //! JSON text (`3`, `1.5`, `true`). An element that is not an object, lacks
@@ -29,14 +30,13 @@ pub const ITEM_PLACEHOLDER: &str = "{item}";
 /// Never panics: serde_json bounds nesting depth, and the body is already
 /// bounded by `max_response_bytes`.
 pub fn shape_of(body: &[u8], pointer: &str, item_field: Option<&str>) -> Result<ShapeUpdate, PollError> {
-    let fail = |why: &str| {
-        PollError::new(
-            ErrorCategory::Transient,
-            ErrorKind::Body,
-            one_line(&format!("shape_from {pointer:?}: {why}")),
-        )
-    };
-    let doc: Value = serde_json::from_slice(body).map_err(|e| fail(&format!("body is not JSON ({e})")))?;
+    let doc = parse_json(body, &shape_context(pointer))?;
+    shape_in(&doc, pointer, item_field)
+}
+
+/// [`shape_of`] on a body already parsed.
+pub fn shape_in(doc: &Value, pointer: &str, item_field: Option<&str>) -> Result<ShapeUpdate, PollError> {
+    let fail = |why: &str| body_error(&shape_context(pointer), why);
     if !(pointer.is_empty() || pointer.starts_with('/')) {
         return Err(fail("not a JSON pointer (must be empty or start with '/')"));
     }
@@ -52,6 +52,26 @@ pub fn shape_of(body: &[u8], pointer: &str, item_field: Option<&str>) -> Result<
         count: elements.len() as u64,
         items,
     })
+}
+
+/// A body parsed as JSON; one that is not JSON is a transient `body` error
+/// whose one-line message starts with `context` (what wanted the JSON).
+pub fn parse_json(body: &[u8], context: &str) -> Result<Value, PollError> {
+    serde_json::from_slice(body).map_err(|e| body_error(context, &format!("body is not JSON ({e})")))
+}
+
+/// How messages about a `shape_from` pointer begin.
+pub fn shape_context(pointer: &str) -> String {
+    format!("shape_from {pointer:?}")
+}
+
+/// A transient `body` error: `context: why`, on one line.
+fn body_error(context: &str, why: &str) -> PollError {
+    PollError::new(
+        ErrorCategory::Transient,
+        ErrorKind::Body,
+        one_line(&format!("{context}: {why}")),
+    )
 }
 
 /// The name an `item_field` value gives an item, if any.

@@ -2,7 +2,7 @@
 //! started by each test on port 0.
 
 use super::*;
-use crate::model::{ShapeUpdate, TypeDef};
+use crate::model::{KeptBodies, ShapeUpdate, TypeDef};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,6 +47,10 @@ impl Routes {
     /// Answer `path` (as in the request line) with `status_line` and `body`.
     fn set(&self, path: &str, status_line: &str, body: &[u8]) {
         let bytes = response(status_line, &[("Connection", "close")], body);
+        lock(&self.table).insert(path.into(), bytes);
+    }
+    /// Answer `path` with these raw response bytes.
+    fn set_raw(&self, path: &str, bytes: Vec<u8>) {
         lock(&self.table).insert(path.into(), bytes);
     }
     fn answer(&self, head: &str) -> Vec<u8> {
@@ -1226,4 +1230,330 @@ async fn forward_groups_return_their_body_and_others_do_not() {
     let ok = poller.poll(&inst, &fan, &items(&["a", "b", "c"])).await.unwrap();
     let body: serde_json::Value = serde_json::from_slice(ok.body.as_deref().unwrap_or_default()).unwrap();
     assert_eq!(body, serde_json::json!({"a": {"a": 1}, "b": "plain text"}));
+}
+
+// ---------------------------------------------------------------- value rules and keep_body
+
+/// A group with one value rule (the poller only asks whether it has any).
+fn rules_group(path: &str) -> GroupDef {
+    let mut g = GroupDef::new("status", path, 1, Duration::from_secs(60));
+    g.values = vec![serde_json::from_value(serde_json::json!({"metric": "up", "value": "/up"})).unwrap()];
+    g
+}
+
+fn keep_group(path: &str, max_body_bytes: u64) -> GroupDef {
+    let mut g = GroupDef::new("status", path, 1, Duration::from_secs(60));
+    g.keep_body = true;
+    g.max_body_bytes = max_body_bytes;
+    g
+}
+
+/// A response without `Content-Length`, its end marked by the close.
+fn close_delimited(headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut out = String::from("HTTP/1.1 200 OK\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+fn kept(content_type: &str, bytes: &[u8]) -> KeptBody {
+    KeptBody::Kept {
+        content_type: content_type.into(),
+        bytes: bytes.to_vec(),
+    }
+}
+
+#[tokio::test]
+async fn value_rules_get_the_parsed_body() {
+    let body = br#"{"up":1,"data":[{"node":"a"},{"node":"b"}]}"#;
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/status", "200 OK", body);
+    let s = serve(Behaviour::Routes(routes)).await;
+    let poller = Poller::new().unwrap();
+    let inst = instance(s.url("http"));
+    let doc = serde_json::json!({"up": 1, "data": [{"node": "a"}, {"node": "b"}]});
+
+    let ok = poller.poll(&inst, &rules_group("/status"), &[]).await.unwrap();
+    assert_eq!(ok.json, Some(PolledJson::One(doc.clone())));
+    assert_eq!(
+        ok.digest,
+        sha_prefix(body),
+        "the digest is the body's, as for any group"
+    );
+    assert_eq!(ok.body_bytes, body.len() as u64);
+    assert_eq!(ok.body, None, "the bytes are dropped once parsed");
+    assert_eq!(ok.kept_body, None);
+    assert_eq!(ok.shape, None);
+
+    // With shape_from too: one parse gives both.
+    let mut both = rules_group("/status");
+    both.shape_from = Some("/data".into());
+    both.item_field = Some("node".into());
+    let ok = poller.poll(&inst, &both, &[]).await.unwrap();
+    assert_eq!(
+        ok.shape,
+        Some(ShapeUpdate {
+            count: 2,
+            items: vec!["a".into(), "b".into()]
+        })
+    );
+    assert_eq!(ok.json, Some(PolledJson::One(doc.clone())));
+
+    // With forward too: the bytes are returned as well.
+    let mut fwd = rules_group("/status");
+    fwd.forward = true;
+    let ok = poller.poll(&inst, &fwd, &[]).await.unwrap();
+    assert_eq!(ok.json, Some(PolledJson::One(doc)));
+    assert_eq!(ok.body.as_deref(), Some(&body[..]));
+
+    // A plain group: nothing parsed, nothing kept.
+    let ok = poller.poll(&inst, &group("/status"), &[]).await.unwrap();
+    assert_eq!((ok.json, ok.kept_body, ok.body, ok.shape), (None, None, None, None));
+    assert_eq!(ok.digest, sha_prefix(body));
+}
+
+#[tokio::test]
+async fn value_rules_non_json_body_is_transient_body() {
+    let bodies: Vec<(&str, Vec<u8>)> = vec![
+        ("/text", b"<html>not\njson</html>".to_vec()),
+        ("/empty", Vec::new()),
+        ("/truncated", br#"{"up":"#.to_vec()),
+        ("/binary", vec![0xff, 0x00, 0xfe, b'[', b']']),
+        ("/trailing", br#"{"up":1} {"#.to_vec()),
+        ("/deep", "[".repeat(100_000).into_bytes()),
+    ];
+    let routes = Routes::new(Duration::ZERO);
+    for (path, body) in &bodies {
+        routes.set(path, "200 OK", body);
+    }
+    let s = serve(Behaviour::Routes(routes)).await;
+    let poller = Poller::new().unwrap();
+    let inst = InstanceConfig {
+        max_response_bytes: 1 << 20,
+        ..instance(s.url("http"))
+    };
+    for (path, _) in &bodies {
+        let r = poller.poll(&inst, &rules_group(path), &[]).await;
+        let e = assert_err(&r, Transient, ErrorKind::Body);
+        assert!(
+            e.message.starts_with("value rules: body is not JSON ("),
+            "{path}: {}",
+            e.message
+        );
+        assert_eq!(e.status, None);
+        // With shape_from as well, the one parse fails as shape_from's does.
+        let mut both = rules_group(path);
+        both.shape_from = Some("/data".into());
+        let r = poller.poll(&inst, &both, &[]).await;
+        let e = assert_err(&r, Transient, ErrorKind::Body);
+        assert!(
+            e.message.starts_with(r#"shape_from "/data": body is not JSON"#),
+            "{path}: {}",
+            e.message
+        );
+        // Without rules the same bodies are fine.
+        poller.poll(&inst, &group(path), &[]).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn fan_out_value_rules_give_items_json_in_order() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/n/a", "200 OK", br#"{"up":1}"#);
+    routes.set("/n/b", "200 OK", b"not json");
+    routes.set("/n/c", "500 Internal Server Error", b"{}");
+    routes.set("/n/d", "200 OK", br#"[4]"#);
+    let s = serve(Behaviour::Routes(routes)).await;
+    let poller = Poller::new().unwrap();
+    let inst = instance(s.url("http"));
+    let mut g = rules_group("/n/{item}");
+    g.fan_out = Some("nodes".into());
+
+    let ok = poller.poll(&inst, &g, &items(&["d", "b", "a", "c"])).await.unwrap();
+    assert_eq!(
+        ok.json,
+        Some(PolledJson::Items(vec![
+            ("d".into(), serde_json::json!([4])),
+            ("a".into(), serde_json::json!({"up": 1})),
+        ])),
+        "successful items, in item order"
+    );
+    let failed: Vec<(&str, ErrorCategory, ErrorKind)> = ok
+        .failed_items
+        .iter()
+        .map(|f| (f.item.as_str(), f.error.category, f.error.kind))
+        .collect();
+    assert_eq!(
+        failed,
+        [("b", Transient, ErrorKind::Body), ("c", Transient, ErrorKind::Http)]
+    );
+    assert!(
+        ok.failed_items[0]
+            .error
+            .message
+            .starts_with("value rules: body is not JSON"),
+        "{}",
+        ok.failed_items[0].error.message
+    );
+    assert_eq!((ok.body, ok.kept_body), (None, None));
+
+    // Forwarded too: the object is built from the parsed bodies.
+    g.forward = true;
+    let ok = poller.poll(&inst, &g, &items(&["a", "b", "d"])).await.unwrap();
+    let body: serde_json::Value = serde_json::from_slice(ok.body.as_deref().unwrap_or_default()).unwrap();
+    assert_eq!(body, serde_json::json!({"a": {"up": 1}, "d": [4]}));
+
+    // Every item's body not JSON: the run fails with the first item's error.
+    let r = poller.poll(&inst, &g, &items(&["b", "c"])).await;
+    let e = assert_err(&r, Transient, ErrorKind::Body);
+    assert!(
+        e.message
+            .starts_with("all 2 items failed; first (b): value rules: body is not JSON"),
+        "{}",
+        e.message
+    );
+
+    // A fan-out without rules hands over no JSON.
+    let ok = poller
+        .poll(&inst, &fan_out_group("/n/{item}"), &items(&["a", "b"]))
+        .await
+        .unwrap();
+    assert_eq!(ok.json, None);
+    assert!(ok.failed_items.is_empty());
+}
+
+#[tokio::test]
+async fn keep_body_returns_bytes_and_content_type() {
+    let body = br#"{"up":1}"#;
+    let routes = Routes::new(Duration::ZERO);
+    routes.set_raw(
+        "/typed",
+        response(
+            "200 OK",
+            &[
+                ("Content-Type", "application/json; charset=utf-8"),
+                ("Connection", "close"),
+            ],
+            body,
+        ),
+    );
+    routes.set("/untyped", "200 OK", b"plain bytes");
+    routes.set_raw(
+        "/unsized",
+        close_delimited(&[("Content-Type", "text/plain")], b"no length"),
+    );
+    let s = serve(Behaviour::Routes(routes)).await;
+    let poller = Poller::new().unwrap();
+    let inst = instance(s.url("http"));
+
+    let ok = poller.poll(&inst, &keep_group("/typed", 1024), &[]).await.unwrap();
+    assert_eq!(
+        ok.kept_body,
+        Some(KeptBodies::One(kept("application/json; charset=utf-8", body)))
+    );
+    assert_eq!((ok.json, ok.body), (None, None), "kept only, not parsed or forwarded");
+    assert_eq!(ok.digest, sha_prefix(body));
+
+    let ok = poller.poll(&inst, &keep_group("/untyped", 1024), &[]).await.unwrap();
+    assert_eq!(ok.kept_body, Some(KeptBodies::One(kept("", b"plain bytes"))));
+    let ok = poller.poll(&inst, &keep_group("/unsized", 1024), &[]).await.unwrap();
+    assert_eq!(ok.kept_body, Some(KeptBodies::One(kept("text/plain", b"no length"))));
+
+    // With value rules and forward as well: each gets its own.
+    let mut all = keep_group("/typed", 1024);
+    all.values = rules_group("").values;
+    all.forward = true;
+    let ok = poller.poll(&inst, &all, &[]).await.unwrap();
+    assert_eq!(
+        ok.kept_body,
+        Some(KeptBodies::One(kept("application/json; charset=utf-8", body)))
+    );
+    assert_eq!(ok.json, Some(PolledJson::One(serde_json::json!({"up": 1}))));
+    assert_eq!(ok.body.as_deref(), Some(&body[..]));
+
+    // Without keep_body nothing is kept.
+    let ok = poller.poll(&inst, &group("/typed"), &[]).await.unwrap();
+    assert_eq!(ok.kept_body, None);
+}
+
+#[tokio::test]
+async fn keep_body_over_max_body_bytes_is_not_kept_and_says_so() {
+    let body = format!(r#"{{"data":[{}]}}"#, vec!["1"; 40].join(","));
+    let len = body.len() as u64;
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/sized", "200 OK", body.as_bytes());
+    routes.set_raw("/unsized", close_delimited(&[], body.as_bytes()));
+    let s = serve(Behaviour::Routes(routes)).await;
+    let poller = Poller::new().unwrap();
+    let inst = instance(s.url("http"));
+
+    for path in ["/sized", "/unsized"] {
+        // One byte over: not kept, and the poll still succeeds.
+        let ok = poller.poll(&inst, &keep_group(path, len - 1), &[]).await.unwrap();
+        assert_eq!(
+            ok.kept_body,
+            Some(KeptBodies::One(KeptBody::TooLarge { bytes: len })),
+            "{path}"
+        );
+        assert_eq!(ok.digest, sha_prefix(body.as_bytes()), "{path}");
+        assert_eq!(ok.body_bytes, len);
+        // Exactly at the limit: kept.
+        let ok = poller.poll(&inst, &keep_group(path, len), &[]).await.unwrap();
+        assert_eq!(ok.kept_body, Some(KeptBodies::One(kept("", body.as_bytes()))), "{path}");
+
+        // Over the limit with rules and shape_from: those still get the body.
+        let mut g = keep_group(path, 10);
+        g.values = rules_group("").values;
+        g.shape_from = Some("/data".into());
+        let ok = poller.poll(&inst, &g, &[]).await.unwrap();
+        assert_eq!(ok.kept_body, Some(KeptBodies::One(KeptBody::TooLarge { bytes: len })));
+        assert_eq!(ok.shape.map(|s| s.count), Some(40));
+        assert!(matches!(ok.json, Some(PolledJson::One(_))));
+
+        // max_response_bytes still fails the poll.
+        let small = InstanceConfig {
+            max_response_bytes: 10,
+            ..inst.clone()
+        };
+        let r = poller.poll(&small, &keep_group(path, 5), &[]).await;
+        let e = assert_err(&r, Permanent, ErrorKind::Body);
+        assert!(e.message.contains("larger than 10 bytes"), "{}", e.message);
+    }
+}
+
+#[tokio::test]
+async fn fan_out_keep_body_per_item() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set_raw(
+        "/n/a",
+        response(
+            "200 OK",
+            &[("Content-Type", "text/plain"), ("Connection", "close")],
+            b"short",
+        ),
+    );
+    routes.set("/n/b", "200 OK", b"a body over the limit");
+    routes.set("/n/c", "404 Not Found", b"");
+    let s = serve(Behaviour::Routes(routes)).await;
+    let mut g = keep_group("/n/{item}", 8);
+    g.fan_out = Some("nodes".into());
+    let ok = Poller::new()
+        .unwrap()
+        .poll(&instance(s.url("http")), &g, &items(&["c", "b", "a"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        ok.kept_body,
+        Some(KeptBodies::Items(vec![
+            ("b".into(), KeptBody::TooLarge { bytes: 21 }),
+            ("a".into(), kept("text/plain", b"short")),
+        ]))
+    );
+    assert_eq!(ok.json, None);
+    assert_eq!(ok.failed_items.len(), 1);
+    assert_eq!(ok.failed_items[0].item, "c");
 }

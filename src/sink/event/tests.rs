@@ -140,6 +140,8 @@ fn poll_failed_items_and_body() {
                 error: PollError::new(ErrorCategory::Transient, ErrorKind::Timeout, "timed out"),
             },
         ],
+        json: None,
+        kept_body: None,
     };
     let e = PollEvent::from_result("pve", "proxmox", "nodes", Duration::from_millis(5), &Ok(ok), false)
         .with_body(br#"{"data": [1, 2]}"#);
