@@ -246,7 +246,7 @@ commands="$(subcommands) $(subcommands admin) $(subcommands admin dlq)"
 for c in $commands; do
   grep -qw -- "$c" "$work/man.txt" || fail "pollster.1 does not document '$c'"
 done
-for args in serve demo plan "admin create-token" "admin dlq list"; do
+for args in serve demo plan values "admin create-token" "admin dlq list"; do
   # shellcheck disable=SC2086
   for opt in $("$bin" $args --help | grep -o -- '--[a-z-]*' | sort -u | grep -v -- '^--help$'); do
     grep -q -- "$opt" "$work/man.txt" || fail "pollster.1 does not document $args $opt"

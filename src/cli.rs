@@ -1,5 +1,10 @@
-//! The command line (clap): `serve`, `demo`, `check-config`, `plan`, `admin …`.
+//! The command line (clap): `serve`, `demo`, `check-config`, `plan`,
+//! `values`, `admin …`.
 //! Exit codes: 0 fine, 1 runtime failure, 2 bad configuration or usage.
+
+mod values;
+
+pub use values::{ValuesArgs, ValuesOutput, render, values};
 
 use crate::config::{self, Config, ConfigError};
 use crate::core::catalog::Catalog;
@@ -54,6 +59,9 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
         format: PlanFormat,
     },
+    /// Run one group's value rules on a saved body, offline, and print the
+    /// samples in the Prometheus text format (skipped samples on stderr).
+    Values(ValuesArgs),
     /// Administer a stopped server's data directory.
     Admin {
         #[command(subcommand)]
@@ -336,10 +344,17 @@ fn plan_table(pools: &BTreeMap<String, plan::PoolStatus>) -> String {
     out
 }
 
-pub fn check_config(file: &Path) -> Result<String, Failure> {
+/// The config file loaded and checked as `check-config` does, with the
+/// catalog it describes (every known type: `http`, the presets, the file's).
+fn checked_config(file: &Path) -> Result<(Config, Catalog), Failure> {
     let c = load_config(Some(file))?;
     let (cat, settings) = config_plan(&c)?;
     plan::gate(&cat, &Default::default(), &settings.scheduler).map_err(over_budget)?;
+    Ok((c, cat))
+}
+
+pub fn check_config(file: &Path) -> Result<String, Failure> {
+    let (c, _) = checked_config(file)?;
     let mut out = String::new();
     for w in &c.warnings {
         out.push_str(&format!("warning: {w}\n"));

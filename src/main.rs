@@ -72,6 +72,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             print!("{}", cli::plan(&config, format)?);
             Ok(())
         }
+        Command::Values(args) => {
+            let out = cli::values(&args)?;
+            print!("{}", out.exposition);
+            eprint!("{}", out.notes);
+            Ok(())
+        }
         Command::Admin { command } => cli::admin(command, &mut std::io::stdout()),
     }
 }
