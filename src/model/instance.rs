@@ -99,6 +99,10 @@ fn default_max_response_bytes() -> u64 {
 
 impl InstanceConfig {
     /// An instance with every optional field at its default.
+    ///
+    /// Panics if `name` breaks the naming rule: it is for names the code
+    /// itself chose (the demo, tests). Names from outside are read through
+    /// serde or [`InstanceName::parse`], which give an error instead.
     pub fn new(name: &str, type_name: &str, url: &str) -> Self {
         InstanceConfig {
             name: InstanceName::parse(name).unwrap_or_else(|e| panic!("InstanceConfig::new: {e}")),

@@ -400,6 +400,13 @@ impl ValueRule {
                     "@key names an object key of `each`; set each",
                 ));
             }
+            if template.uses_key() && matches!(value, ValueSource::Count) {
+                return Err(RuleError::new(
+                    &key,
+                    text,
+                    "@count makes one sample for all elements, so there is no one key to name",
+                ));
+            }
             labels.push(LabelRule {
                 name: Arc::from(name.as_str()),
                 template,

@@ -236,6 +236,10 @@ fn bad_rules_are_refused_naming_the_key() {
             "metric = \"x\"\nvalue = \"/a\"\nlabels = { id = \"@key\" }",
             "labels.id",
         ),
+        (
+            "metric = \"x\"\neach = \"/d\"\nvalue = \"@count\"\nlabels = { id = \"n/{@key}\" }",
+            "labels.id",
+        ),
         ("metric = \"x\"\nvalue = \"/a\"\nwhere = {}", "where"),
         ("metric = \"x\"\nvalue = \"/a\"\nwhere = { \"/t\" = [] }", "where./t"),
         ("metric = \"x\"\nvalue = \"/a\"\nwhere = { \"t\" = \"a\" }", "where.t"),
