@@ -34,6 +34,7 @@
 //! leaves tasks behind in the runtime.
 
 mod body;
+pub mod sim;
 mod server;
 
 #[cfg(test)]

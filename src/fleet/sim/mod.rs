@@ -1,0 +1,37 @@
+//! Simulated APIs: realistic bodies for the shipped presets, so the demo,
+//! the tests and the benchmarks poll something that looks like a Proxmox
+//! cluster or a Meraki organization rather than `{"status":"ok"}`.
+//!
+//! Each simulation is a pure function of the request path (below the
+//! instance's `/i/{name}` prefix), its query string and a `tick` that the
+//! fleet advances slowly, so figures move over time and tests can predict
+//! every body exactly for a given tick.
+
+pub mod meraki;
+pub mod pbs;
+pub mod pmg;
+pub mod pve;
+
+use serde::{Deserialize, Serialize};
+
+/// Which API an instance of the fleet simulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimApi {
+    Pve,
+    Meraki,
+    Pbs,
+    Pmg,
+}
+
+/// The body `api` answers for `path` (e.g. `/api2/json/cluster/resources`)
+/// and `query` (without `?`, possibly empty) at `tick`; `None` for a path
+/// the simulated API does not have (the fleet answers 404).
+pub fn answer(api: SimApi, path: &str, query: &str, tick: u64) -> Option<serde_json::Value> {
+    match api {
+        SimApi::Pve => pve::answer(path, query, tick),
+        SimApi::Meraki => meraki::answer(path, query, tick),
+        SimApi::Pbs => pbs::answer(path, query, tick),
+        SimApi::Pmg => pmg::answer(path, query, tick),
+    }
+}
