@@ -34,8 +34,8 @@
 //! leaves tasks behind in the runtime.
 
 mod body;
-pub mod sim;
 mod server;
+pub mod sim;
 
 #[cfg(test)]
 mod tests;
