@@ -873,7 +873,7 @@ async fn values_and_the_data_api_serve_the_latest_answers_without_calling_the_ta
     // A dead-lettered target's samples are no longer served.
     app.fleet.set("b", Behaviour::NotFound);
     let deadline = std::time::Instant::now() + WAIT;
-    while values_text(&app, "?instance=b").await.1 != "" {
+    while !values_text(&app, "?instance=b").await.1.is_empty() {
         assert!(std::time::Instant::now() < deadline, "b's samples still served");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
