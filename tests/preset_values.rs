@@ -384,10 +384,6 @@ fn pmg() {
             "pmg_deferred_queue_mails{node=\"pmg2\"} 80",
         ]
     );
-    assert_eq!(
-        r.get("pmg_deferred_queue_domain_mails{domain=\"example.net\",node=\"pmg2\"}"),
-        54.0
-    );
     assert_eq!(r.get("pmg_deferred_queue_old_mails{node=\"pmg2\"}"), 19.0);
 
     assert_eq!(r.get("pmg_mail_incoming"), 66_476.0);
