@@ -79,6 +79,9 @@ pub struct Latest {
 pub(super) struct Fresh<'a> {
     pub samples: Option<(Vec<Sample>, u64)>,
     pub bodies: Option<&'a KeptBodies>,
+    /// A fan-out's items that failed this time (their last bodies stay);
+    /// the bodies of items no longer fanned out over are dropped.
+    pub failed_items: &'a [crate::model::FailedItem],
     pub polled_at: Timestamp,
     pub stale_after: Duration,
 }
@@ -127,6 +130,19 @@ impl Latest {
                 Polled::Items(items) => items.iter().map(|(i, b)| (i.as_str(), b)).collect(),
             };
             let per_task = inner.bodies.entry(key.clone()).or_default();
+            if let Polled::Items(items) = bodies {
+                let gone: Vec<String> = per_task
+                    .keys()
+                    .filter(|k| {
+                        !items.iter().any(|(i, _)| i == *k) && !fresh.failed_items.iter().any(|f| &f.item == *k)
+                    })
+                    .cloned()
+                    .collect();
+                for item in gone {
+                    per_task.remove(&item);
+                    inner.dirty_bodies.insert((key.clone(), item), None);
+                }
+            }
             for (item, body) in got {
                 let rec = match body {
                     KeptBody::Kept { content_type, bytes } => BodyRecord::kept(now, content_type, bytes),
@@ -346,6 +362,7 @@ mod tests {
         Fresh {
             samples: Some((samples, 7)),
             bodies: None,
+            failed_items: &[],
             polled_at: at,
             stale_after: STALE,
         }
@@ -402,6 +419,7 @@ mod tests {
         let with = |b: &'static KeptBodies, at| Fresh {
             samples: None,
             bodies: Some(b),
+            failed_items: &[],
             polled_at: at,
             stale_after: STALE,
         };
@@ -422,6 +440,51 @@ mod tests {
         let batch = l.take_dirty();
         assert_eq!(batch.bodies[0].2.as_ref().expect("a write").bytes, None);
         assert!(!l.bodies_of(&key("a"))[""].kept);
+    }
+
+    #[test]
+    fn a_fan_out_keeps_a_failed_item_s_body_and_drops_an_item_no_longer_listed() {
+        let l = Latest::default();
+        let kept = |t: &str| KeptBody::Kept {
+            content_type: String::new(),
+            bytes: t.as_bytes().to_vec(),
+        };
+        let all: &'static KeptBodies = Box::leak(Box::new(Polled::Items(vec![
+            ("n1".into(), kept("1")),
+            ("n2".into(), kept("2")),
+            ("n3".into(), kept("3")),
+        ])));
+        let only_n1: &'static KeptBodies = Box::leak(Box::new(Polled::Items(vec![("n1".into(), kept("1"))])));
+        let failed: &'static [crate::model::FailedItem] = Box::leak(Box::new([crate::model::FailedItem {
+            item: "n2".into(),
+            error: crate::model::PollError::new(
+                crate::model::ErrorCategory::Transient,
+                crate::model::ErrorKind::Timeout,
+                "t",
+            ),
+        }]));
+        for (bodies, failed_items) in [(all, &[][..]), (only_n1, failed)] {
+            l.record(
+                &key("a"),
+                Fresh {
+                    samples: None,
+                    bodies: Some(bodies),
+                    failed_items,
+                    polled_at: T0,
+                    stale_after: STALE,
+                },
+            );
+        }
+        let items: Vec<String> = l.bodies_of(&key("a")).into_keys().collect();
+        assert_eq!(items, vec!["n1", "n2"]);
+        let deleted: Vec<(String, bool)> = l
+            .take_dirty()
+            .bodies
+            .into_iter()
+            .filter(|(_, _, b)| b.is_none())
+            .map(|(_, i, b)| (i, b.is_some()))
+            .collect();
+        assert_eq!(deleted, vec![("n3".to_string(), false)]);
     }
 
     #[test]

@@ -122,6 +122,7 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
                     latest::Fresh {
                         samples: extracted,
                         bodies: ok.kept_body.as_ref(),
+                        failed_items: &ok.failed_items,
                         polled_at: now,
                         stale_after,
                     },
