@@ -742,24 +742,6 @@ async fn openapi_document_uses_openapi_3_0_keywords_and_lists_the_types() {
     app.stop().await;
 }
 
-/// A type whose one group keeps its body and turns the fleet's answer
-/// (`{"instance": NAME, "status": "ok"}`, plus `"seq": N` when changing)
-/// into two metrics.
-fn valued_type() -> pollster::model::TypeDef {
-    let mut g = pollster::model::GroupDef::new("probe", "", 1, Duration::from_millis(100));
-    g.keep_body = true;
-    for rule in [
-        "metric = \"fleet_up\"\nhelp = \"The target answers ok\"\nvalue = \"/status\"\nmap = { ok = 1 }\nmap_default = 0\nlabels = { name = \"/instance\" }",
-        "metric = \"fleet_requests_total\"\nhelp = \"Requests the target has answered\"\nkind = \"counter\"\nvalue = \"/seq\"",
-    ] {
-        g.values.push(toml::from_str(rule).expect("rule"));
-    }
-    pollster::model::TypeDef {
-        name: "valued".into(),
-        groups: vec![g],
-    }
-}
-
 async fn values_text(app: &TestApp, query: &str) -> (u16, String) {
     let r = reqwest::get(format!("http://{}/values{query}", app.metrics_addr))
         .await
