@@ -324,4 +324,26 @@ impl Shared {
         }
         n
     }
+
+    /// The tasks `keys` name, as the scheduler holds them now, each with
+    /// the interval it is on; a key with no task (not placed yet, or
+    /// removed) is left out. Copies, in the order of `keys`.
+    pub fn tasks_of(&self, keys: &[TaskKey]) -> Vec<TaskView> {
+        let s = self.sched();
+        keys.iter()
+            .filter_map(|k| s.get(k))
+            .map(|t| TaskView {
+                interval: s.interval_of(t),
+                task: t.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A copy of one task, as [`Shared::tasks_of`] reads it.
+#[derive(Debug, Clone)]
+pub struct TaskView {
+    pub task: crate::core::scheduler::Task,
+    /// The interval the task is on now (adaptive and planned).
+    pub interval: std::time::Duration,
 }

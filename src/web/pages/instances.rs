@@ -455,7 +455,21 @@ pub async fn delete(
     Redirect::to("/instances")
 }
 
-pub async fn test(State(app): State<AppState>, session: Session, Path(name): Path<String>) -> Redirect {
+/// The Test button: of the list (the outcome as a message on the list), or
+/// of the instance page (`show=instance`: the page with every group's
+/// result and extracted values).
+pub async fn test(
+    State(app): State<AppState>,
+    session: Session,
+    Path(name): Path<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    if form.get("show").map(String::as_str) == Some("instance") {
+        return match ops::test_instance(&app, &name).await {
+            Ok(results) => super::instance::render(&app, &session, &name, Some(&results)).await,
+            Err(_) => super::instance::render(&app, &session, &name, None).await,
+        };
+    }
     let msg = match ops::test_instance(&app, &name).await {
         Ok(results) => {
             let parts: Vec<String> = results
@@ -485,7 +499,7 @@ pub async fn test(State(app): State<AppState>, session: Session, Path(name): Pat
         Err(e) => e.message,
     };
     session::set_flash(&session, msg).await;
-    Redirect::to(&format!("/instances?q={}", enc(&name)))
+    Redirect::to(&format!("/instances?q={}", enc(&name))).into_response()
 }
 
 #[cfg(test)]
