@@ -621,3 +621,58 @@ async fn the_instance_page_shows_tasks_values_the_body_and_rate_limited_tasks() 
     assert!(page.contains("No such instance") && page.contains("nope"), "{page}");
     app.stop().await;
 }
+
+/// The hour labels along a chart's time axis, in minutes of the day.
+fn axis_minutes(html: &str) -> Vec<u32> {
+    let svg = html.split("<svg class=\"chart\"").nth(1).expect("a chart");
+    let svg = svg.split("</svg>").next().unwrap_or("");
+    svg.split(" UTC</text>")
+        .filter_map(|s| s.rsplit('>').next())
+        .filter_map(|t| {
+            let (h, m) = t.split_once(':')?;
+            Some(h.parse::<u32>().ok()? * 60 + m.parse::<u32>().ok()?)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_charts_cover_the_last_hour_or_the_last_day() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let mut v = Visitor::new(&app);
+    v.setup().await;
+    let step = |mins: &[u32]| -> Vec<u32> { mins.windows(2).map(|w| (w[1] + 1440 - w[0]) % 1440).collect() };
+
+    let (s, _, page) = v.get("/").await;
+    assert_eq!(s, 200);
+    assert!(
+        page.contains("<h2 id=\"charts-title\">Last hour</h2>"),
+        "the hour by default"
+    );
+    assert!(
+        page.contains("<a href=\"/?range=1h\" aria-current=\"true\">"),
+        "marked as chosen"
+    );
+    let mins = axis_minutes(&page);
+    assert_eq!(mins.len(), 5, "{mins:?}");
+    assert_eq!(step(&mins), [15; 4], "an hour in quarters: {mins:?}");
+
+    let (s, _, page) = v.get("/?range=24h").await;
+    assert_eq!(s, 200);
+    assert!(page.contains("<h2 id=\"charts-title\">Last 24 hours</h2>"));
+    assert!(page.contains("<a href=\"/?range=24h\" aria-current=\"true\">"));
+    assert!(
+        page.contains("data-refresh=\"/?fragment=panels&amp;range=24h\""),
+        "the refresh keeps the range"
+    );
+    let mins = axis_minutes(&page);
+    assert_eq!(step(&mins), [360; 4], "a day in quarters: {mins:?}");
+    assert_eq!(mins[0], mins[4], "from and to are a day apart");
+    let (s, _, frag) = v.get("/?fragment=panels&range=24h").await;
+    assert_eq!(s, 200);
+    assert!(frag.contains("Last 24 hours"));
+
+    let (s, _, body) = v.get("/?range=7d").await;
+    assert_eq!(s, 400);
+    assert!(body.contains("range=1h") && body.contains("range=24h"), "{body}");
+    app.stop().await;
+}
