@@ -406,3 +406,19 @@ pub async fn discard(
     )
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Range;
+
+    #[test]
+    fn ranges_are_an_hour_by_default_or_a_day() {
+        assert_eq!(Range::default(), Range::Hour);
+        for r in Range::ALL {
+            assert_eq!(Range::parse(r.key()), Some(r));
+        }
+        assert_eq!(Range::Day.secs(), 24 * Range::Hour.secs());
+        assert_eq!(Range::parse("7d"), None);
+        assert_eq!(Range::parse(""), None);
+    }
+}

@@ -273,3 +273,75 @@ pub async fn render(app: &AppState, session: &Session, name: &str, test: Option<
 pub async fn page(State(app): State<AppState>, session: Session, Path(name): Path<String>) -> Response {
     render(&app, &session, &name, None).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::task::{Hold, TaskMeta};
+    use crate::model::{DeadLetterRecord, ErrorCategory, ErrorKind, PollError, TaskRecord};
+    use std::time::Duration;
+
+    fn view(state: TaskState, rec: TaskRecord) -> TaskView {
+        TaskView {
+            task: crate::core::scheduler::Task {
+                key: TaskKey::new("a", "probe"),
+                meta: TaskMeta::new("t", 1, Duration::from_secs(5)),
+                rec,
+                state,
+                frozen: false,
+                placed_at: Timestamp(0),
+                spread_next: false,
+            },
+            interval: Duration::from_secs(5),
+        }
+    }
+
+    fn rate_limited() -> TaskRecord {
+        TaskRecord {
+            last_error: Some(PollError::new(
+                ErrorCategory::Transient,
+                ErrorKind::RateLimited,
+                "HTTP 429",
+            )),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_task_that_only_got_429s_is_rate_limited_unless_parked_or_dead_lettered() {
+        let running = TaskState::InFlight {
+            due: Timestamp(0),
+            removed: false,
+        };
+        assert_eq!(state_of(&view(TaskState::QUEUED, TaskRecord::default())).0, "queued");
+        assert_eq!(state_of(&view(running, TaskRecord::default())).0, "in_flight");
+        assert_eq!(state_of(&view(TaskState::QUEUED, rate_limited())).0, "rate_limited");
+        assert_eq!(state_of(&view(running, rate_limited())).0, "rate_limited");
+        let held = view(TaskState::Parked(Parked::Held(Hold::Shed)), rate_limited());
+        assert_eq!(state_of(&held), ("held", "held (shed)".to_string()));
+        let gone = view(TaskState::Parked(Parked::Discarded), rate_limited());
+        assert_eq!(state_of(&gone).0, "discarded");
+        let dead = TaskRecord {
+            dead_letter: Some(DeadLetterRecord::default()),
+            ..rate_limited()
+        };
+        assert_eq!(state_of(&view(TaskState::QUEUED, dead)).1, "dead-lettered");
+    }
+
+    #[test]
+    fn labels_read_like_the_exposition() {
+        let v = ValueView {
+            metric: "pve_up".into(),
+            labels: [
+                ("id".to_string(), "qemu/100".to_string()),
+                ("name".to_string(), "a\"b".to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            value: 0.5,
+        };
+        let line = value_line(&v);
+        assert_eq!(line.labels, r#"{id="qemu/100", name="a\"b"}"#);
+        assert_eq!(line.value, "0.5");
+    }
+}
