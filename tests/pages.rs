@@ -613,9 +613,15 @@ async fn the_instance_page_shows_tasks_values_the_body_and_rate_limited_tasks() 
         "{result}"
     );
 
-    // The list and the dashboard link here; an unknown instance is a 404 page.
+    // The list links here and says rate_limited too; an unknown instance
+    // is a 404 page.
     let (_, _, list) = v.get("/instances").await;
     assert!(list.contains("<a href=\"/instances/a\">a</a>"), "linked from the list");
+    let (_, _, list) = v.get("/instances?state=rate_limited").await;
+    assert!(
+        list.contains("1 of 2 instances") && list.contains("<span class=\"badge rate_limited\">rate_limited</span>"),
+        "{list}"
+    );
     let (s, _, page) = v.get("/instances/nope").await;
     assert_eq!(s, 404);
     assert!(page.contains("No such instance") && page.contains("nope"), "{page}");

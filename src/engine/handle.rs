@@ -96,6 +96,8 @@ pub struct TaskHealth {
     pub dead_lettered: bool,
     pub failures: u32,
     pub last_success: Option<Timestamp>,
+    /// Its polls since the last success only got HTTP 429.
+    pub rate_limited: bool,
 }
 
 impl Shared {
@@ -259,6 +261,7 @@ impl Shared {
                 dead_lettered: t.rec.dead_letter.is_some(),
                 failures: t.rec.failures,
                 last_success: t.rec.last_success,
+                rate_limited: t.rec.last_error.as_ref().is_some_and(|e| e.is_rate_limited()),
             })
             .collect()
     }

@@ -59,7 +59,9 @@ pub struct ListQuery {
     pub page: Option<usize>,
 }
 
-pub const STATES: &[&str] = &["ok", "pending", "failing", "dead_letter", "disabled"];
+/// An instance's state summarises its tasks' as the worst of them, in
+/// this order (worst last).
+pub const STATES: &[&str] = &["ok", "pending", "rate_limited", "failing", "dead_letter", "disabled"];
 
 fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
@@ -76,6 +78,10 @@ fn states(app: &AppState) -> HashMap<String, (&'static str, Option<Timestamp>)> 
             "dead_letter"
         } else if t.failures > 0 {
             "failing"
+        } else if t.rate_limited {
+            // Only 429s since the last success: not "pending" as if nothing
+            // had been tried.
+            "rate_limited"
         } else if t.last_success.is_none() {
             "pending"
         } else {
