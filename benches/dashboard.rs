@@ -11,7 +11,7 @@ use pollster::engine::settings::SettingsLayers;
 use pollster::model::{ErrorCategory, ErrorKind, InstanceConfig, PollError, PollSuccess, Timestamp};
 use pollster::store::{Rollup, Store};
 use pollster::web::pages::Layout;
-use pollster::web::pages::dashboard::{DashboardPage, panels};
+use pollster::web::pages::dashboard::{DashboardPage, Range, panels};
 use pollster::web::{AppState, WebState};
 use rand::SeedableRng;
 use std::collections::{BTreeMap, HashMap};
@@ -110,7 +110,7 @@ fn bench(c: &mut Criterion) {
                     version: "bench",
                 },
                 csrf: "0".repeat(64),
-                p: panels(&app, now, &hist),
+                p: panels(&app, now, Range::Day, &hist),
             };
             black_box(page.render().expect("renders"))
         })

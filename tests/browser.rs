@@ -214,3 +214,59 @@ async fn an_operator_manages_pollster_in_the_browser() {
         b.close().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_page_tests_the_instance_and_shows_the_extracted_values() {
+    if !webdriver::available() {
+        return;
+    }
+    let app = TestApp::spawn_with(vec![("a", Behaviour::Healthy)], &Default::default(), |c| {
+        // The fleet's healthy body `{"instance": "a", "status": "ok"}`
+        // gives `fleet_up{name="a"} 1`; `/seq` is missing from it.
+        let mut g = GroupDef::new("probe", "", 1, Duration::from_millis(100));
+        for rule in [
+            "metric = \"fleet_up\"\nvalue = \"/status\"\nmap = { ok = 1 }\nlabels = { name = \"/instance\" }",
+            "metric = \"fleet_requests_total\"\nkind = \"counter\"\nvalue = \"/seq\"",
+        ] {
+            g.values.push(toml::from_str(rule).expect("rule"));
+        }
+        c.types.push(TypeDef {
+            name: "valued".into(),
+            groups: vec![g],
+        });
+        c.instances[0].type_name = "valued".into();
+    })
+    .await;
+    let b = Browser::start("instance").await;
+    let base = app.url("");
+    b.goto(&format!("{base}/")).await;
+    let code = std::fs::read_to_string(app.data_dir.path().join("setup-code")).expect("setup code file");
+    b.fill("#setup_code", code.trim()).await;
+    b.fill("#password", PASSWORD).await;
+    b.fill("#confirm", PASSWORD).await;
+    b.click("form[action='/setup'] button[type=submit]").await;
+    b.wait_source("Scheduler health").await;
+
+    b.goto(&format!("{base}/instances/a")).await;
+    let src = b.wait_source("Instance a</h1>").await;
+    assert!(!src.contains("class=\"test-result\""), "no result before a test");
+    b.click("#test-button").await;
+    let src = b.wait_source("<div class=\"test-result\" data-group=\"probe\">").await;
+    let result = src.split("class=\"test-result\"").nth(1).unwrap_or_default();
+    assert!(result.contains("OK, HTTP 200"), "{result}");
+    assert!(
+        result.contains(
+            "<td class=\"metric\">fleet_up</td><td class=\"labels\">{name=\"a\"}</td><td class=\"num\">1</td>"
+        ),
+        "{result}"
+    );
+    assert!(result.contains("fleet_requests_total: missing × 1"), "{result}");
+    assert!(
+        b.url().await.ends_with("/instances/a"),
+        "the script showed the results in place: {}",
+        b.url().await
+    );
+    b.screenshot("instance").await;
+    b.close().await;
+    app.stop().await;
+}

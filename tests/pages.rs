@@ -8,6 +8,7 @@ use common::*;
 use pollster::fleet::Behaviour;
 use pollster::web::pages::PROTECTED;
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 const PASSWORD: &str = "a-good-password";
 
@@ -391,7 +392,7 @@ async fn instance_pages_validate_inline_and_keep_provisioned_read_only() {
         .await;
     assert_eq!(s, 409, "duplicate");
     assert!(body.contains("already exists"));
-    let (_, _, body) = v.get("/instances/from-file").await;
+    let (_, _, body) = v.get("/instances/from-file/edit").await;
     assert!(body.contains("defined in the config file"), "provisioned read-only");
     assert!(body.contains("<fieldset disabled"));
     let (_, _, body) = v.get("/instances?q=from&state=&type=fast").await;
@@ -451,5 +452,233 @@ async fn the_sink_page_hides_secrets_validates_and_turns_the_sink_on_and_off() {
         app.get_json("/api/settings/sink").await["sink"],
         serde_json::Value::Null
     );
+    app.stop().await;
+}
+
+/// A type whose one group reads the fleet's healthy body
+/// `{"instance": NAME, "status": "ok"}` into `fleet_up{name=NAME} 1`, and
+/// a counter from a field that body lacks (skipped as `missing`); it keeps
+/// its body.
+fn valued_type() -> pollster::model::TypeDef {
+    let mut g = pollster::model::GroupDef::new("probe", "", 1, Duration::from_millis(100));
+    g.keep_body = true;
+    for rule in [
+        "metric = \"fleet_up\"\nhelp = \"The target answers ok\"\nvalue = \"/status\"\nmap = { ok = 1 }\nmap_default = 0\nlabels = { name = \"/instance\" }",
+        "metric = \"fleet_requests_total\"\nhelp = \"Requests the target has answered\"\nkind = \"counter\"\nvalue = \"/seq\"",
+    ] {
+        g.values.push(toml::from_str(rule).expect("rule"));
+    }
+    pollster::model::TypeDef {
+        name: "valued".into(),
+        groups: vec![g],
+    }
+}
+
+/// GET `path` until its body contains `needle`; panic with the last body
+/// after `within`.
+async fn wait_page(v: &mut Visitor, path: &str, needle: &str, within: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        let (s, _, body) = v.get(path).await;
+        if s == 200 && body.contains(needle) {
+            return body;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{path} never showed {needle:?}; last ({s}):\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The rows of the first table with `class` in `html`, as the text of their cells.
+fn table_rows(html: &str, class: &str) -> Vec<Vec<String>> {
+    let Some(start) = html.find(&format!("<table class=\"{class}\"")) else {
+        return vec![];
+    };
+    let table = &html[start..];
+    let table = &table[..table.find("</table>").unwrap_or(table.len())];
+    let body = table.split("<tbody>").nth(1).unwrap_or("");
+    body.split("<tr")
+        .skip(1)
+        .map(|row| {
+            let mut cells = Vec::new();
+            let mut rest = row;
+            while let Some(at) = ["<td", "<th"].iter().filter_map(|t| rest.find(t)).min() {
+                let after = &rest[at + 3..];
+                let open_end = after.find('>').map_or(after.len(), |e| e + 1);
+                let inner = &after[open_end..];
+                let close = ["</td>", "</th>"]
+                    .iter()
+                    .filter_map(|t| inner.find(t))
+                    .min()
+                    .unwrap_or(inner.len());
+                // Drop the tags inside the cell, keep their text.
+                let mut text = String::new();
+                let mut in_tag = false;
+                for ch in inner[..close].chars() {
+                    match ch {
+                        '<' => in_tag = true,
+                        '>' => in_tag = false,
+                        c if !in_tag => text.push(c),
+                        _ => {}
+                    }
+                }
+                cells.push(text.replace("&#34;", "\"").replace("&quot;", "\"").trim().to_string());
+                rest = &inner[close..];
+            }
+            cells
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_page_shows_tasks_values_the_body_and_rate_limited_tasks() {
+    let app = TestApp::spawn_with(
+        vec![
+            ("a", Behaviour::Healthy),
+            (
+                "limited",
+                Behaviour::RateLimited {
+                    per_second: 0,
+                    retry_after_secs: 5,
+                },
+            ),
+        ],
+        &BTreeMap::new(),
+        |c| {
+            c.types.push(valued_type());
+            c.instances[0].type_name = "valued".into();
+        },
+    )
+    .await;
+    let mut v = Visitor::new(&app);
+    v.setup().await;
+    let within = Duration::from_secs(15);
+
+    // A task that only ever got 429s says so, not "queued" as if all were well.
+    let page = wait_page(&mut v, "/instances/limited", "badge rate_limited", within).await;
+    let tasks = table_rows(&page, "tasks");
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert!(tasks[0][0].starts_with("probe"), "{tasks:?}");
+    assert_eq!(tasks[0][1], "rate_limited", "{tasks:?}");
+    assert_eq!(tasks[0][5], "never", "no success: {tasks:?}");
+    assert!(tasks[0][6].contains("HTTP 429"), "the last error: {tasks:?}");
+    assert_eq!(
+        (tasks[0][7].as_str(), tasks[0][8].as_str()),
+        ("closed", "0"),
+        "a 429 is no failure"
+    );
+    assert!(page.contains("no value rules"), "the fast type has none");
+
+    // Values with their exact metric, labels and number, and the kept body.
+    let page = wait_page(&mut v, "/instances/a", "<td class=\"metric\">fleet_up</td>", within).await;
+    let tasks = table_rows(&page, "tasks");
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert!(
+        ["queued", "in flight"].contains(&tasks[0][1].as_str()),
+        "a healthy task: {tasks:?}"
+    );
+    assert_eq!(tasks[0][3], "0.1s", "planned interval: the floor");
+    assert_ne!(tasks[0][5], "never", "polled: {tasks:?}");
+    assert_eq!(tasks[0][6], "", "no error: {tasks:?}");
+    let values = table_rows(&page, "values");
+    assert_eq!(
+        values.len(),
+        1,
+        "only fleet_up (the counter's field is missing): {values:?}"
+    );
+    assert_eq!(values[0][..3], ["fleet_up", "{name=\"a\"}", "1"], "{values:?}");
+    assert!(page.contains("badge ok\">fresh"), "fresh values");
+    let link = "/api/instances/a/data/probe/body";
+    assert!(page.contains(&format!("href=\"{link}\"")), "the body link");
+    let (s, _, body) = v.get(link).await;
+    assert_eq!(s, 200, "the session reads the body");
+    assert!(body.contains("\"status\":\"ok\""), "{body}");
+
+    // Without script, Test posts and the page comes back with the results.
+    let csrf = v.csrf("/instances/a").await;
+    let (s, _, page) = v
+        .post(
+            "/instances/a/test",
+            &[("_csrf", csrf.as_str()), ("show", "instance")],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 200);
+    let result = page.split("class=\"test-result\"").nth(1).expect("a test result");
+    assert!(result.contains("OK, HTTP 200"), "{result}");
+    assert!(
+        result.contains("fleet_up") && result.contains("fleet_requests_total: missing × 1"),
+        "{result}"
+    );
+
+    // The list links here and says rate_limited too; an unknown instance
+    // is a 404 page.
+    let (_, _, list) = v.get("/instances").await;
+    assert!(list.contains("<a href=\"/instances/a\">a</a>"), "linked from the list");
+    let (_, _, list) = v.get("/instances?state=rate_limited").await;
+    assert!(
+        list.contains("1 of 2 instances") && list.contains("<span class=\"badge rate_limited\">rate_limited</span>"),
+        "{list}"
+    );
+    let (s, _, page) = v.get("/instances/nope").await;
+    assert_eq!(s, 404);
+    assert!(page.contains("No such instance") && page.contains("nope"), "{page}");
+    app.stop().await;
+}
+
+/// The hour labels along a chart's time axis, in minutes of the day.
+fn axis_minutes(html: &str) -> Vec<u32> {
+    let svg = html.split("<svg class=\"chart\"").nth(1).expect("a chart");
+    let svg = svg.split("</svg>").next().unwrap_or("");
+    svg.split(" UTC</text>")
+        .filter_map(|s| s.rsplit('>').next())
+        .filter_map(|t| {
+            let (h, m) = t.split_once(':')?;
+            Some(h.parse::<u32>().ok()? * 60 + m.parse::<u32>().ok()?)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_charts_cover_the_last_hour_or_the_last_day() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let mut v = Visitor::new(&app);
+    v.setup().await;
+    let step = |mins: &[u32]| -> Vec<u32> { mins.windows(2).map(|w| (w[1] + 1440 - w[0]) % 1440).collect() };
+
+    let (s, _, page) = v.get("/").await;
+    assert_eq!(s, 200);
+    assert!(
+        page.contains("<h2 id=\"charts-title\">Last hour</h2>"),
+        "the hour by default"
+    );
+    assert!(
+        page.contains("<a href=\"/?range=1h\" aria-current=\"true\">"),
+        "marked as chosen"
+    );
+    let mins = axis_minutes(&page);
+    assert_eq!(mins.len(), 5, "{mins:?}");
+    assert_eq!(step(&mins), [15; 4], "an hour in quarters: {mins:?}");
+
+    let (s, _, page) = v.get("/?range=24h").await;
+    assert_eq!(s, 200);
+    assert!(page.contains("<h2 id=\"charts-title\">Last 24 hours</h2>"));
+    assert!(page.contains("<a href=\"/?range=24h\" aria-current=\"true\">"));
+    assert!(
+        page.contains("data-refresh=\"/?fragment=panels&amp;range=24h\""),
+        "the refresh keeps the range"
+    );
+    let mins = axis_minutes(&page);
+    assert_eq!(step(&mins), [360; 4], "a day in quarters: {mins:?}");
+    assert_eq!(mins[0], mins[4], "from and to are a day apart");
+    let (s, _, frag) = v.get("/?fragment=panels&range=24h").await;
+    assert_eq!(s, 200);
+    assert!(frag.contains("Last 24 hours"));
+
+    let (s, _, body) = v.get("/?range=7d").await;
+    assert_eq!(s, 400);
+    assert!(body.contains("range=1h") && body.contains("range=24h"), "{body}");
     app.stop().await;
 }

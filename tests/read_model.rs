@@ -62,7 +62,7 @@ fn section<'a>(html: &'a str, start: &str) -> &'a str {
 }
 
 /// `instance/group` of each row of a dashboard table: a row's first cell
-/// is `instance<span class="muted">/group</span>`.
+/// is `<a href="/instances/NAME">NAME</a><span class="muted">/group</span>`.
 fn task_rows(section: &str) -> Vec<String> {
     section
         .split("<tr><td>")
@@ -71,7 +71,12 @@ fn task_rows(section: &str) -> Vec<String> {
         .map(|row| {
             let (instance, rest) = row.split_once("<span class=\"muted\">/").expect("instance cell");
             let group = rest.split('<').next().unwrap_or_default();
-            format!("{}/{}", instance.trim(), group)
+            let name = instance
+                .split_once('>')
+                .and_then(|(link, rest)| link.starts_with("<a href=\"/instances/").then_some(rest))
+                .and_then(|rest| rest.strip_suffix("</a>"))
+                .unwrap_or_else(|| panic!("the instance links to its page: {instance}"));
+            format!("{}/{}", name.trim(), group)
         })
         .collect()
 }

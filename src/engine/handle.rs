@@ -96,6 +96,8 @@ pub struct TaskHealth {
     pub dead_lettered: bool,
     pub failures: u32,
     pub last_success: Option<Timestamp>,
+    /// Its polls since the last success only got HTTP 429.
+    pub rate_limited: bool,
 }
 
 impl Shared {
@@ -259,6 +261,7 @@ impl Shared {
                 dead_lettered: t.rec.dead_letter.is_some(),
                 failures: t.rec.failures,
                 last_success: t.rec.last_success,
+                rate_limited: t.rec.last_error.as_ref().is_some_and(|e| e.is_rate_limited()),
             })
             .collect()
     }
@@ -324,4 +327,26 @@ impl Shared {
         }
         n
     }
+
+    /// The tasks `keys` name, as the scheduler holds them now, each with
+    /// the interval it is on; a key with no task (not placed yet, or
+    /// removed) is left out. Copies, in the order of `keys`.
+    pub fn tasks_of(&self, keys: &[TaskKey]) -> Vec<TaskView> {
+        let s = self.sched();
+        keys.iter()
+            .filter_map(|k| s.get(k))
+            .map(|t| TaskView {
+                interval: s.interval_of(t),
+                task: t.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A copy of one task, as [`Shared::tasks_of`] reads it.
+#[derive(Debug, Clone)]
+pub struct TaskView {
+    pub task: crate::core::scheduler::Task,
+    /// The interval the task is on now (adaptive and planned).
+    pub interval: std::time::Duration,
 }

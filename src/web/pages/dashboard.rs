@@ -70,6 +70,50 @@ pub struct Chart {
     pub svg: String,
 }
 
+/// The window the charts cover (`?range=1h|24h`). The last hour is the
+/// default, so a fresh appliance shows its first minutes at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Range {
+    #[default]
+    Hour,
+    Day,
+}
+
+impl Range {
+    pub const ALL: [Range; 2] = [Range::Hour, Range::Day];
+
+    /// `None` for a value that names no range.
+    pub fn parse(s: &str) -> Option<Range> {
+        match s {
+            "1h" => Some(Range::Hour),
+            "24h" => Some(Range::Day),
+            _ => None,
+        }
+    }
+
+    /// The query value.
+    pub fn key(self) -> &'static str {
+        match self {
+            Range::Hour => "1h",
+            Range::Day => "24h",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Range::Hour => "Last hour",
+            Range::Day => "Last 24 hours",
+        }
+    }
+
+    pub fn secs(self) -> u64 {
+        match self {
+            Range::Hour => 3600,
+            Range::Day => 24 * 3600,
+        }
+    }
+}
+
 pub struct Panels {
     pub pools: Vec<PoolRow>,
     pub enabled: bool,
@@ -86,7 +130,15 @@ pub struct Panels {
     pub fresh: usize,
     pub aging: usize,
     pub stale: usize,
+    pub range: Range,
     pub charts: Vec<Chart>,
+}
+
+impl Panels {
+    /// The ranges the charts offer.
+    pub fn ranges(&self) -> [Range; 2] {
+        Range::ALL
+    }
 }
 
 #[derive(Template, WebTemplate)]
@@ -125,7 +177,7 @@ fn when(t: Option<Timestamp>) -> String {
 
 /// Everything the panels show: the engine's snapshot (the one the health
 /// API and `/metrics` show), each list cut to its first [`ROWS`].
-pub fn panels(app: &AppState, now: Timestamp, history: &[(u64, crate::store::Rollup)]) -> Panels {
+pub fn panels(app: &AppState, now: Timestamp, range: Range, history: &[(u64, crate::store::Rollup)]) -> Panels {
     let snap = app.engine.snapshot(now, Detail::Summary);
     let breakers = snap
         .breakers
@@ -179,7 +231,7 @@ pub fn panels(app: &AppState, now: Timestamp, history: &[(u64, crate::store::Rol
         })
         .collect();
     let to = now.0 / 1000;
-    let from = to.saturating_sub(24 * 3600);
+    let from = to.saturating_sub(range.secs());
     let series = |f: fn(&crate::store::Rollup) -> u64| -> Vec<(u64, f64)> {
         history.iter().map(|(m, r)| (*m, f(r) as f64)).collect()
     };
@@ -249,6 +301,7 @@ pub fn panels(app: &AppState, now: Timestamp, history: &[(u64, crate::store::Rol
         fresh: snap.freshness.fresh,
         aging: snap.freshness.aging,
         stale: snap.freshness.stale,
+        range,
         charts,
     }
 }
@@ -256,11 +309,13 @@ pub fn panels(app: &AppState, now: Timestamp, history: &[(u64, crate::store::Rol
 #[derive(Debug, Deserialize)]
 pub struct DashboardQuery {
     pub fragment: Option<String>,
+    pub range: Option<String>,
 }
 
-pub async fn history(app: &AppState, now: Timestamp) -> Vec<(u64, crate::store::Rollup)> {
+/// The stored rollups of the last `range`.
+pub async fn history(app: &AppState, now: Timestamp, range: Range) -> Vec<(u64, crate::store::Rollup)> {
     let store = app.engine.store().clone();
-    let since = (now.0 / 1000).saturating_sub(24 * 3600);
+    let since = (now.0 / 1000).saturating_sub(range.secs());
     tokio::task::spawn_blocking(move || store.history_since(since))
         .await
         .ok()
@@ -269,10 +324,21 @@ pub async fn history(app: &AppState, now: Timestamp) -> Vec<(u64, crate::store::
 }
 
 pub async fn page(State(app): State<AppState>, session: Session, Query(q): Query<DashboardQuery>) -> Response {
+    let range = match q.range.as_deref().map(Range::parse) {
+        None => Range::default(),
+        Some(Some(r)) => r,
+        Some(None) => {
+            let msg = format!(
+                "Unknown chart range {:?}: use range=1h (the last hour) or range=24h (the last 24 hours).",
+                q.range.as_deref().unwrap_or_default()
+            );
+            return (axum::http::StatusCode::BAD_REQUEST, msg).into_response();
+        }
+    };
     let now = app.engine.now();
-    let hist = history(&app, now).await;
+    let hist = history(&app, now, range).await;
     let csrf = session::csrf_token(&session).await;
-    let p = app.render(move |app| panels(app, now, &hist)).await;
+    let p = app.render(move |app| panels(app, now, range, &hist)).await;
     if q.fragment.as_deref() == Some("panels") {
         return PanelsFragment { csrf, p }.into_response();
     }
@@ -339,4 +405,20 @@ pub async fn discard(
         crate::core::scheduler::OperatorOp::Discard,
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Range;
+
+    #[test]
+    fn ranges_are_an_hour_by_default_or_a_day() {
+        assert_eq!(Range::default(), Range::Hour);
+        for r in Range::ALL {
+            assert_eq!(Range::parse(r.key()), Some(r));
+        }
+        assert_eq!(Range::Day.secs(), 24 * Range::Hour.secs());
+        assert_eq!(Range::parse("7d"), None);
+        assert_eq!(Range::parse(""), None);
+    }
 }

@@ -59,7 +59,9 @@ pub struct ListQuery {
     pub page: Option<usize>,
 }
 
-pub const STATES: &[&str] = &["ok", "pending", "failing", "dead_letter", "disabled"];
+/// An instance's state summarises its tasks' as the worst of them, in
+/// this order (worst last).
+pub const STATES: &[&str] = &["ok", "pending", "rate_limited", "failing", "dead_letter", "disabled"];
 
 fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
@@ -76,6 +78,10 @@ fn states(app: &AppState) -> HashMap<String, (&'static str, Option<Timestamp>)> 
             "dead_letter"
         } else if t.failures > 0 {
             "failing"
+        } else if t.rate_limited {
+            // Only 429s since the last success: not "pending" as if nothing
+            // had been tried.
+            "rate_limited"
         } else if t.last_success.is_none() {
             "pending"
         } else {
@@ -455,7 +461,21 @@ pub async fn delete(
     Redirect::to("/instances")
 }
 
-pub async fn test(State(app): State<AppState>, session: Session, Path(name): Path<String>) -> Redirect {
+/// The Test button: of the list (the outcome as a message on the list), or
+/// of the instance page (`show=instance`: the page with every group's
+/// result and extracted values).
+pub async fn test(
+    State(app): State<AppState>,
+    session: Session,
+    Path(name): Path<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    if form.get("show").map(String::as_str) == Some("instance") {
+        return match ops::test_instance(&app, &name).await {
+            Ok(results) => super::instance::render(&app, &session, &name, Some(&results)).await,
+            Err(_) => super::instance::render(&app, &session, &name, None).await,
+        };
+    }
     let msg = match ops::test_instance(&app, &name).await {
         Ok(results) => {
             let parts: Vec<String> = results
@@ -485,7 +505,7 @@ pub async fn test(State(app): State<AppState>, session: Session, Path(name): Pat
         Err(e) => e.message,
     };
     session::set_flash(&session, msg).await;
-    Redirect::to(&format!("/instances?q={}", enc(&name)))
+    Redirect::to(&format!("/instances?q={}", enc(&name))).into_response()
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod account;
 pub mod dashboard;
+pub mod instance;
 pub mod instances;
 pub mod settings;
 pub mod sink;
@@ -81,7 +82,8 @@ page_routes! {
     get "/instances" => instances::list,
     post "/instances" => instances::create,
     get "/instances/new" => instances::new_form,
-    get "/instances/{name}" => instances::edit_form,
+    get "/instances/{name}" => instance::page,
+    get "/instances/{name}/edit" => instances::edit_form,
     post "/instances/{name}" => instances::update,
     post "/instances/{name}/delete" => instances::delete,
     post "/instances/{name}/test" => instances::test,
