@@ -13,9 +13,10 @@ use pollster::engine::ports::{Fetch, Ports, TaskStore};
 use pollster::engine::{EngineError, EngineHandle};
 use pollster::model::{
     BaseUrl, BreakerState, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult,
-    PollSuccess, TaskKey, TaskRecord, Timestamp, TypeDef,
+    PollSuccess, Polled, TaskKey, TaskRecord, Timestamp, TypeDef,
 };
 use pollster::store::{LoadedTasks, OutboxEvent, StoreError};
+use pollster::values::ValueRule;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,6 +40,8 @@ enum Answer {
 #[derive(Default)]
 struct Scripted {
     answers: Mutex<HashMap<String, Answer>>,
+    /// The `temp` each instance's body carries (21.5 unless set).
+    temp: Mutex<HashMap<String, f64>>,
     calls: Mutex<Vec<(String, Instant)>>,
 }
 
@@ -89,6 +92,9 @@ impl Fetch for Scripted {
                 status: 200,
                 digest: 1,
                 body_bytes: 2,
+                json: Some(Polled::One(
+                    serde_json::json!({"temp": self.temp.lock().expect("lock").get(instance.name.as_str()).copied().unwrap_or(21.5)}),
+                )),
                 ..Default::default()
             }),
             Answer::ServerError => Err(error(ErrorCategory::Transient, ErrorKind::Http, 500)),
@@ -204,9 +210,14 @@ impl Engine {
         m.failure.breaker_threshold = 3;
         m.failure.dead_letter_after = 5;
         m.failure.dead_letter_recheck = Duration::from_secs(1800);
+        let mut probe = GroupDef::new("probe", "", 1, INTERVAL);
+        probe.values.push(
+            toml::from_str::<ValueRule>("metric = \"t_temp_celsius\"\nhelp = \"Temperature\"\nvalue = \"/temp\"")
+                .expect("rule"),
+        );
         c.types.push(TypeDef {
             name: "t".into(),
-            groups: vec![GroupDef::new("probe", "", 1, INTERVAL)],
+            groups: vec![probe],
         });
         if let Some(rps) = pool {
             c.budgets.push(BudgetConfig {
@@ -568,5 +579,80 @@ async fn a_dead_letter_move_whose_commit_fails_is_not_shown_and_is_planned_again
     let rec = e.record("locked-out");
     assert!(rec.dead_letter.is_some(), "the move, planned afresh, was committed");
     assert_eq!(tasks.row("locked-out").map(|r| r.dead_letter.is_some()), Some(true));
+    e.stop().await;
+}
+
+fn served(e: &Engine) -> String {
+    e.shared.values_exposition(None).expect("exposition")
+}
+
+#[tokio::test(start_paused = true)]
+async fn values_are_served_while_fresh_and_vanish_when_stale_or_dead_lettered_and_survive_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fetch = Arc::new(Scripted::default());
+    fetch.temp.lock().expect("lock").insert("b".into(), 30.0);
+    let origin = Instant::now();
+    let e = Engine::start(dir.path(), origin, &["a", "b"], fetch.clone(), None).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        served(&e),
+        "# HELP t_temp_celsius Temperature\n# TYPE t_temp_celsius gauge\n\
+         t_temp_celsius{instance=\"a\"} 21.5\nt_temp_celsius{instance=\"b\"} 30\n"
+    );
+    assert_eq!(
+        e.shared.values_exposition(Some("b")).expect("b exists"),
+        "# HELP t_temp_celsius Temperature\n# TYPE t_temp_celsius gauge\nt_temp_celsius{instance=\"b\"} 30\n"
+    );
+    assert_eq!(e.shared.values_exposition(Some("nope")), None);
+
+    // b is dead-lettered (a permanent failure): its sample goes at once.
+    fetch.set("b", Answer::Unauthorized);
+    // (After a cold start the second round is spread over an interval.)
+    tokio::time::sleep(INTERVAL * 2).await;
+    assert!(e.record("b").dead_letter.is_some());
+    assert!(!served(&e).contains("instance=\"b\""), "{}", served(&e));
+    assert_eq!(e.shared.values_exposition(Some("b")).expect("b exists"), "");
+
+    // A new figure replaces the old one at the next poll.
+    fetch.temp.lock().expect("lock").insert("a".into(), 22.0);
+    tokio::time::sleep(INTERVAL + Duration::from_secs(1)).await;
+    assert!(
+        served(&e).contains("t_temp_celsius{instance=\"a\"} 22\n"),
+        "{}",
+        served(&e)
+    );
+
+    // a only gets 429s from now on (no failure streak, no dead letter): its
+    // sample is served until it is older than max(3 × 10 s, 2 min).
+    let last_ok = e.record("a").last_success.expect("polled");
+    fetch.set("a", Answer::RateLimited(Duration::from_secs(5)));
+    let until = |ms: u64| {
+        let at = e.origin + Duration::from_millis(last_ok.0 - START.0 + ms);
+        tokio::time::sleep_until(at)
+    };
+    until(119_000).await;
+    assert!(served(&e).contains("instance=\"a\"} 22"), "fresh at 119 s");
+    until(121_000).await;
+    assert_eq!(served(&e), "", "stale at 121 s");
+
+    // Back to normal, then a restart: the stored sample is served before
+    // the first poll after it (which fails), and the dead letter stays out.
+    fetch.set("a", Answer::Ok);
+    tokio::time::sleep(INTERVAL).await;
+    assert!(served(&e).contains("instance=\"a\"} 22"));
+    e.stop().await;
+    let fetch2 = Arc::new(Scripted::default());
+    fetch2.set("a", Answer::ServerError);
+    let e = Engine::start(dir.path(), origin, &["a", "b"], fetch2.clone(), None).await;
+    assert_eq!(
+        served(&e),
+        "# HELP t_temp_celsius Temperature\n# TYPE t_temp_celsius gauge\nt_temp_celsius{instance=\"a\"} 22\n"
+    );
+    e.stop().await;
+
+    // Started without instance a, nothing of it is served or kept.
+    let e = Engine::start(dir.path(), origin, &["b"], fetch2.clone(), None).await;
+    assert_eq!(served(&e), "");
+    assert!(e.shared.latest().values_of(&TaskKey::new("a", "probe")).is_none());
     e.stop().await;
 }

@@ -4,7 +4,9 @@
 //! through an `Arc` so a poll never holds a lock.
 
 use crate::model::{BaseUrl, BudgetConfig, GroupDef, InstanceConfig, TaskKey, TypeDef};
-use std::collections::BTreeMap;
+use crate::values::{MetricKind, Rule};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]
@@ -31,6 +33,10 @@ impl Target {
     pub fn group(&self) -> &GroupDef {
         &self.ty.groups[self.index]
     }
+
+    pub fn type_name(&self) -> &str {
+        &self.ty.name
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -38,6 +44,99 @@ pub struct Catalog {
     pub types: BTreeMap<String, Arc<TypeDef>>,
     pub instances: BTreeMap<String, InstanceEntry>,
     pub budgets: Vec<BudgetConfig>,
+    /// Every group's value rules, compiled once for the catalog's types.
+    pub values: Arc<ValueCatalog>,
+}
+
+/// One group's value rules, compiled.
+#[derive(Debug)]
+pub struct GroupRules {
+    pub rules: Vec<Rule>,
+    pub max_series: usize,
+    /// A digest of the rules as written: samples stored under other rules
+    /// (a changed or removed rule) are never served.
+    pub fingerprint: u64,
+}
+
+/// A metric that value rules give: its HELP and TYPE (one per metric, as
+/// check-config makes sure) and how many groups feed it.
+#[derive(Debug, Clone)]
+pub struct Family {
+    pub help: Arc<str>,
+    pub kind: MetricKind,
+    pub groups: usize,
+}
+
+/// The compiled value rules of every group of every type, and the metric
+/// families they give.
+#[derive(Debug, Default)]
+pub struct ValueCatalog {
+    groups: HashMap<(String, String), Arc<GroupRules>>,
+    families: BTreeMap<Arc<str>, Family>,
+}
+
+impl ValueCatalog {
+    /// Compiles the rules of `types`. Rules were checked when the config
+    /// was read; one that still fails (a preset bug) leaves its group
+    /// without rules, logged.
+    pub fn build<'a>(types: impl IntoIterator<Item = &'a TypeDef>) -> ValueCatalog {
+        let mut out = ValueCatalog::default();
+        for ty in types {
+            for g in &ty.groups {
+                if g.values.is_empty() {
+                    continue;
+                }
+                let rules = match g.compile_values(&ty.name, &format!("types.{}.groups.{}", ty.name, g.name)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!(error = %e, "a group's value rules do not compile; it gives no values");
+                        continue;
+                    }
+                };
+                let mut metrics: Vec<&Arc<str>> = rules.iter().map(|r| &r.metric).collect();
+                metrics.sort_unstable();
+                metrics.dedup();
+                for m in metrics {
+                    let rule = rules.iter().find(|r| &r.metric == m).expect("metric of a rule");
+                    out.families
+                        .entry(m.clone())
+                        .and_modify(|f| f.groups += 1)
+                        .or_insert(Family {
+                            help: rule.help.clone(),
+                            kind: rule.kind,
+                            groups: 1,
+                        });
+                }
+                let written = serde_json::to_vec(&(&g.values, g.max_series)).unwrap_or_default();
+                let digest = Sha256::digest(&written);
+                let fingerprint = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+                out.groups.insert(
+                    (ty.name.clone(), g.name.to_string()),
+                    Arc::new(GroupRules {
+                        rules,
+                        max_series: g.max_series,
+                        fingerprint,
+                    }),
+                );
+            }
+        }
+        out
+    }
+
+    /// The compiled rules of `group` of type `type_name`, if it has any.
+    pub fn group(&self, type_name: &str, group: &str) -> Option<&Arc<GroupRules>> {
+        self.groups.get(&(type_name.to_string(), group.to_string()))
+    }
+
+    /// The HELP, TYPE and feeding groups of a metric rules give.
+    pub fn family(&self, metric: &str) -> Option<&Family> {
+        self.families.get(metric)
+    }
+
+    /// Whether any group has value rules.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
 }
 
 impl Catalog {
@@ -53,10 +152,12 @@ impl Catalog {
         for t in types {
             map.insert(t.name.clone(), Arc::new(t));
         }
+        let values = Arc::new(ValueCatalog::build(map.values().map(|t| &**t)));
         Catalog {
             types: map,
             instances: BTreeMap::new(),
             budgets,
+            values,
         }
     }
 
@@ -82,6 +183,12 @@ impl Catalog {
             ty: ty.clone(),
             index,
         })
+    }
+
+    /// The compiled value rules of the group `key` polls, if it has any.
+    pub fn rules_of(&self, key: &TaskKey) -> Option<&Arc<GroupRules>> {
+        let e = self.instances.get(&*key.instance)?;
+        self.values.group(&e.config.type_name, &key.group)
     }
 
     /// Check an instance against the types and budgets this catalog knows.

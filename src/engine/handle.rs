@@ -263,6 +263,38 @@ impl Shared {
             .collect()
     }
 
+    /// The exposition of every fresh sample (of `instance` only, if
+    /// given): `None` when `instance` names no configured instance. Built
+    /// without the scheduler lock.
+    pub fn values_exposition(&self, instance: Option<&str>) -> Option<String> {
+        let cat = self.catalog();
+        if let Some(i) = instance
+            && !cat.instances.contains_key(i)
+        {
+            return None;
+        }
+        let tasks = self.latest.fresh(self.now(), instance);
+        Some(super::latest::render(&cat.values, &tasks))
+    }
+
+    /// The latest values and kept bodies of every task.
+    pub fn latest(&self) -> &super::latest::Latest {
+        &self.latest
+    }
+
+    /// A kept body with its bytes: from memory if the group commit has not
+    /// written it yet, else from the store (blocking).
+    pub fn read_body(
+        &self,
+        key: &TaskKey,
+        item: &str,
+    ) -> Result<Option<crate::model::BodyRecord>, crate::store::StoreError> {
+        if let Some(b) = self.latest.unwritten_body(key, item) {
+            return Ok(Some(b));
+        }
+        self.store.read_body(key, item)
+    }
+
     /// A copy of one task's record, as the scheduler holds it now.
     pub fn task_record(&self, key: &TaskKey) -> Option<TaskRecord> {
         self.sched().get(key).map(|t| t.rec.clone())

@@ -21,6 +21,7 @@
 pub mod budget;
 pub mod handle;
 pub use handle::EngineHandle;
+pub mod latest;
 mod loops;
 mod persist;
 pub mod ports;
@@ -91,6 +92,8 @@ pub struct Shared {
     /// Every random draw of the engine. Lock order: `scheduler` before `rng`.
     rng: Mutex<StdRng>,
     metrics: Metrics,
+    /// Every task's latest values and kept bodies.
+    latest: latest::Latest,
     catalog: Arc<RwLock<Arc<Catalog>>>,
     settings: Mutex<SettingsLayers>,
     write_lock: tokio::sync::Mutex<()>,
@@ -160,6 +163,7 @@ impl Shared {
             clock: ports.clock.clone(),
             rng: Mutex::new(ports.rng()),
             metrics,
+            latest: latest::Latest::default(),
             catalog,
             settings: Mutex::new(layers),
             write_lock: tokio::sync::Mutex::new(()),
@@ -262,11 +266,15 @@ impl Shared {
             }
             s.remove(&k);
         }
+        drop(keep);
+        let tasks: std::collections::HashSet<TaskKey> = desired.iter().map(|(k, _)| k.clone()).collect();
         for (k, meta) in desired {
             let rec = stored.remove(&k);
             s.place(k, meta, rec, now, cold_start);
         }
         drop(s);
+        self.latest
+            .retain(|k| tasks.contains(k), |k| cat.rules_of(k).map(|r| r.fingerprint));
         self.poke();
     }
 
@@ -370,6 +378,30 @@ impl Engine {
         let mut stored: HashMap<TaskKey, TaskRecord> = records.into_iter().collect();
         let now = shared.now();
         shared.reconcile(now, &mut stored, cold_start);
+        let store = shared.store.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            Ok::<_, crate::store::StoreError>((store.load_values()?, store.load_bodies()?))
+        })
+        .await
+        .map_err(|e| EngineError::Join(e.to_string()))?;
+        match loaded {
+            Ok(((values, bad_values), (bodies, bad_bodies))) => {
+                for c in bad_values.iter().chain(&bad_bodies) {
+                    tracing::warn!(error = %c, "skipping unreadable stored values");
+                }
+                let cat = shared.catalog();
+                let s = shared.sched();
+                shared.latest.load(
+                    values,
+                    bodies,
+                    |k| s.get(k).map(|t| t.rec.clone()),
+                    |k| cat.rules_of(k).map(|r| r.fingerprint),
+                );
+            }
+            // Values are a cache of answers: without them the appliance
+            // still polls, and serves values again after the first polls.
+            Err(e) => tracing::error!(error = %e, "could not read stored values; serving values from the first polls"),
+        }
         // Rows of tasks that no longer exist.
         if !stored.is_empty() {
             let n = stored.len();

@@ -23,9 +23,22 @@ impl Shared {
         Ok(())
     }
 
-    /// Group commit of everything that changed since the last flush.
+    /// Group commit of everything that changed since the last flush:
+    /// values and kept bodies first, then task records and their events,
+    /// so stored samples are never older than their record's last success.
     pub async fn flush(&self) -> Result<usize, EngineError> {
         let _w = self.write_lock.lock().await;
+        let latest = self.latest.take_dirty();
+        if !latest.is_empty() {
+            let store = self.store.clone();
+            let (result, latest) = tokio::task::spawn_blocking(move || (store.write_latest(&latest), latest))
+                .await
+                .map_err(|e| EngineError::Join(e.to_string()))?;
+            if let Err(e) = result {
+                self.latest.restore(latest);
+                return Err(e.into());
+            }
+        }
         let ((recs, deleted), events) = {
             let mut s = self.sched();
             (s.take_dirty(), std::mem::take(&mut *lock(&self.staged)))
@@ -115,6 +128,9 @@ impl Shared {
             return Err(e);
         }
         self.sched().apply_op(key, op, rec.clone(), now);
+        if op == OperatorOp::Discard {
+            self.latest.park(key);
+        }
         self.poke();
         Ok(rec)
     }

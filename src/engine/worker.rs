@@ -19,7 +19,8 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
         tracing::info!(task = %key, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
     }
     let started = Instant::now();
-    let target = shared.catalog().target(&key);
+    let catalog = shared.catalog();
+    let target = catalog.target(&key);
     let forward = target.as_ref().is_some_and(|t| t.group().forward);
     let result: PollResult = match &target {
         Some(t) => {
@@ -42,6 +43,11 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
     };
     let elapsed = started.elapsed();
     let now = shared.now();
+    // The value rules run here, outside every lock.
+    let extracted = match (&result, &target) {
+        (Ok(ok), Some(t)) => extract_values(&shared, &catalog, t, ok),
+        _ => None,
+    };
     // Rate signals go to the pool before the task is re-queued, so the
     // task's own retry lands after the pool's pause.
     if let Some(pool) = &d.meta.pool {
@@ -99,6 +105,29 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
     };
     if let Some((transition, meta)) = &info {
         emit_poll_events(&shared, &key, meta, transition, &result, elapsed, forward, now);
+        if matches!(transition.dead_letter, Some(DeadLetterMove::Entered(_))) {
+            shared.latest.park(&key);
+        }
+        if let Ok(ok) = &result
+            && (extracted.is_some() || ok.kept_body.is_some())
+        {
+            let stale_after = {
+                let s = shared.sched();
+                s.get(&key)
+                    .map(|t| crate::core::staleness::stale_after(s.interval_of(t)))
+            };
+            if let Some(stale_after) = stale_after {
+                shared.latest.record(
+                    &key,
+                    latest::Fresh {
+                        samples: extracted,
+                        bodies: ok.kept_body.as_ref(),
+                        polled_at: now,
+                        stale_after,
+                    },
+                );
+            }
+        }
     }
     if let Some((transition, meta)) = info {
         shared.minute_polls.fetch_add(1, Ordering::Relaxed);
@@ -118,6 +147,38 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
     {
         shared.learn_shape(&key, shape);
     }
+}
+
+/// The samples a group's rules make of a successful poll, with the rules'
+/// fingerprint; skipped samples are counted in
+/// `pollster_values_errors_total`. `None` for a group without rules.
+fn extract_values(
+    shared: &Shared,
+    catalog: &Catalog,
+    target: &crate::core::catalog::Target,
+    ok: &crate::model::PollSuccess,
+) -> Option<(Vec<crate::values::Sample>, u64)> {
+    let group = target.group();
+    let rules = catalog.values.group(target.type_name(), &group.name)?;
+    let json = ok.json.as_ref()?;
+    let mut x = crate::values::Extractor::new(rules.max_series);
+    match json {
+        crate::model::Polled::One(body) => x.feed(&rules.rules, body, None),
+        crate::model::Polled::Items(items) => {
+            for (item, body) in items {
+                x.feed(&rules.rules, body, Some(item));
+            }
+        }
+    }
+    let out = x.finish();
+    for ((metric, reason), n) in &out.skipped {
+        shared
+            .metrics
+            .values_errors
+            .with_label_values(&[target.type_name(), &group.name, metric, reason.as_str()])
+            .inc_by(*n);
+    }
+    Some((out.samples, rules.fingerprint))
 }
 
 /// The poll event of one finished poll, to the sink's memory queue (best

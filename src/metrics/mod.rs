@@ -43,6 +43,8 @@ pub struct Metrics {
     pub budget_wait: HistogramVec,
     /// Password checks (login, setup code, password change) by result.
     pub logins: IntCounterVec,
+    /// Samples value rules could not make, by type, group, metric and reason.
+    pub values_errors: IntCounterVec,
 }
 
 impl Metrics {
@@ -82,6 +84,16 @@ impl Metrics {
             logins.with_label_values(&[r]);
         }
         registry.register(Box::new(logins.clone()))?;
+        let values_errors = IntCounterVec::new(
+            Opts::new(
+                "pollster_values_errors_total",
+                "Samples value rules skipped, by type, group, metric and reason: missing (no such field), \
+                 not_number, unmapped (a text `map` does not name), limit (beyond the group's max_series), \
+                 duplicate (labels another rule or element already gave).",
+            ),
+            &["type", "group", "metric", "reason"],
+        )?;
+        registry.register(Box::new(values_errors.clone()))?;
         let poll = Arc::new(PollSeries::new()?);
         let dispatch_lateness = prometheus::Histogram::with_opts(
             HistogramOpts::new(
@@ -102,6 +114,7 @@ impl Metrics {
             rate_limited,
             budget_wait,
             logins,
+            values_errors,
         })
     }
 

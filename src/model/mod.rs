@@ -15,6 +15,7 @@ mod secret;
 mod settings;
 mod time;
 mod types;
+mod values;
 
 pub use base_url::*;
 pub use instance::*;
@@ -25,6 +26,7 @@ pub use secret::*;
 pub use settings::*;
 pub use time::*;
 pub use types::*;
+pub use values::*;
 
 use serde::Serialize;
 use std::fmt;

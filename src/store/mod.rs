@@ -32,6 +32,7 @@
 mod backup;
 mod codec;
 mod history;
+mod latest;
 mod outbox;
 mod records;
 mod schema;
@@ -63,6 +64,7 @@ use redb::{
 };
 
 pub use history::Rollup;
+pub use latest::{LatestBatch, LoadedBodies, LoadedValues};
 pub use outbox::{OutboxEvent, OutboxListener, OutboxRow};
 pub use records::LoadedTasks;
 pub use schema::SCHEMA_VERSION;

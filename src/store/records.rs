@@ -123,10 +123,14 @@ impl Store {
         let existed = {
             let mut instances = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
             let existed = instances.remove(name.as_bytes()).ctx("deleting an instance")?.is_some();
-            let mut tasks = txn.open_table(TASKS.def).ctx("opening table tasks")?;
-            tasks
-                .retain_in(lo.as_slice()..hi.as_slice(), |_, _| false)
-                .ctx("deleting the instance's tasks")?;
+            for (table, what) in [
+                (TASKS, "deleting the instance's tasks"),
+                (tables::VALUES, "deleting the instance's values"),
+                (tables::BODIES, "deleting the instance's bodies"),
+            ] {
+                let mut t = txn.open_table(table.def).ctx("opening a task table")?;
+                t.retain_in(lo.as_slice()..hi.as_slice(), |_, _| false).ctx(what)?;
+            }
             existed
         };
         outbox::append(&txn, events)?;

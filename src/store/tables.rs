@@ -22,6 +22,8 @@
 //! | `sessions`  | SHA-256 of the session id (hex)        | `SessionRow` (`StoredSession`): expiry, user, the record with its id blanked; never copied into a backup |
 //! | `history`   | minute start, Unix seconds, `u64` big-endian | `Rollup` (`StoredRollup`): polls, errors, queue depth and dead-letter count of that minute |
 //! | `outbox`    | sequence, `u64` big-endian             | `OutboxEvent` (`StoredOutboxEvent`): a change event to deliver, deleted once a receiver took it |
+//! | `values`    | instance `\0` group                    | `TaskValues` (`StoredValues`): the samples a task's value rules gave at its last good poll, written when they change |
+//! | `bodies`    | instance `\0` group `\0` fan-out item ("" for none) | `BodyRecord` (`StoredBody`): a `keep_body` group's last good body, written when it changes |
 //!
 //! The `meta` table's name, types and `schema_version` entry are a contract
 //! with every past and future release: that is how a release recognises a
@@ -58,10 +60,12 @@ pub(crate) const USERS: Table = table("users");
 pub(crate) const SESSIONS: Table = table("sessions");
 pub(crate) const HISTORY: Table = table("history");
 pub(crate) const OUTBOX: Table = table("outbox");
+pub(crate) const VALUES: Table = table("values");
+pub(crate) const BODIES: Table = table("bodies");
 
 /// Every table: created at open, copied by backup. A new table goes here.
-pub(crate) const ALL: [Table; 9] = [
-    META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY, OUTBOX,
+pub(crate) const ALL: [Table; 11] = [
+    META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY, OUTBOX, VALUES, BODIES,
 ];
 
 /// `meta` key holding the schema version.
@@ -104,6 +108,30 @@ pub fn parse_task_key(bytes: &[u8]) -> Result<TaskKey, StoreError> {
     let instance = std::str::from_utf8(&bytes[..at]).map_err(|_| corrupt("instance is not UTF-8"))?;
     let group = std::str::from_utf8(&bytes[at + 1..]).map_err(|_| corrupt("group is not UTF-8"))?;
     Ok(TaskKey::new(instance, group))
+}
+
+/// `instance \0 group \0 item` (item "" for a group without fan-out).
+pub fn body_key(key: &TaskKey, item: &str) -> Result<Vec<u8>, StoreError> {
+    let mut out = task_key(key)?;
+    out.push(SEP);
+    out.extend_from_slice(item.as_bytes());
+    Ok(out)
+}
+
+/// The inverse of [`body_key`]: the task and the item.
+pub fn parse_body_key(bytes: &[u8]) -> Result<(TaskKey, String), StoreError> {
+    let corrupt = |reason: &str| StoreError::Corrupt {
+        table: BODIES.name,
+        key: display_key(bytes),
+        reason: reason.to_string(),
+    };
+    let at = bytes
+        .iter()
+        .rposition(|b| *b == SEP)
+        .ok_or_else(|| corrupt("key has no NUL before the item"))?;
+    let key = parse_task_key(&bytes[..at]).map_err(|_| corrupt("bad task part"))?;
+    let item = std::str::from_utf8(&bytes[at + 1..]).map_err(|_| corrupt("item is not UTF-8"))?;
+    Ok((key, item.to_string()))
 }
 
 /// Bounds `[instance\0, instance\x01)`: exactly the task keys of `instance`.

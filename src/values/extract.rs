@@ -88,12 +88,40 @@ impl Extraction {
 /// Runs `rules` on `body` (the body of fan-out item `item`, if any),
 /// keeping at most `max_series` samples.
 pub fn extract(rules: &[Rule], body: &Value, item: Option<&str>, max_series: usize) -> Extraction {
-    let mut out = Extraction::default();
-    let mut seen: FxHashSet<SeriesKey> = FxHashSet::default();
-    for rule in rules {
-        run_rule(rule, body, item, max_series, &mut seen, &mut out);
+    let mut x = Extractor::new(max_series);
+    x.feed(rules, body, item);
+    x.finish()
+}
+
+/// Runs a group's rules on several bodies (a fan-out's items) as one
+/// extraction: `max_series` bounds the samples of them all, and a series
+/// another item already gave is a duplicate.
+#[derive(Debug)]
+pub struct Extractor {
+    out: Extraction,
+    seen: FxHashSet<SeriesKey>,
+    max_series: usize,
+}
+
+impl Extractor {
+    pub fn new(max_series: usize) -> Self {
+        Extractor {
+            out: Extraction::default(),
+            seen: FxHashSet::default(),
+            max_series,
+        }
     }
-    out
+
+    /// Runs `rules` on one body (`item`: the fan-out item it answers).
+    pub fn feed(&mut self, rules: &[Rule], body: &Value, item: Option<&str>) {
+        for rule in rules {
+            run_rule(rule, body, item, self.max_series, &mut self.seen, &mut self.out);
+        }
+    }
+
+    pub fn finish(self) -> Extraction {
+        self.out
+    }
 }
 
 fn run_rule(
@@ -238,5 +266,11 @@ fn number(rule: &Rule, v: Option<&Value>) -> Result<f64, SkipReason> {
         },
         Some(Value::Array(_) | Value::Object(_)) => Err(SkipReason::NotNumber),
     }?;
-    Ok(raw * rule.scale)
+    let v = raw * rule.scale;
+    // A huge number times `scale` can overflow.
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(SkipReason::NotNumber)
+    }
 }

@@ -12,7 +12,7 @@ mod pointer;
 mod rule;
 mod template;
 
-pub use extract::{DEFAULT_MAX_SERIES, Extraction, Sample, SkipReason, extract};
+pub use extract::{DEFAULT_MAX_SERIES, Extraction, Extractor, Sample, SkipReason, extract};
 pub use pointer::{Pointer, PointerError};
 pub use rule::{
     ClashError, LabelRule, MetricKind, OneOrMany, RESERVED_LABELS, Rule, RuleError, ValueRule, ValueSource,

@@ -346,8 +346,48 @@ async fn secure_cookie(
 pub fn metrics_router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
+        .route("/values", get(values))
         .route("/healthz", get(api::health::healthz))
         .with_state(state)
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ValuesQuery {
+    instance: Option<String>,
+}
+
+/// `GET /values[?instance=NAME]`: every fresh sample the value rules gave,
+/// in the Prometheus text format; 404 for an instance that does not exist.
+async fn values(
+    axum::extract::State(app): axum::extract::State<AppState>,
+    query: Result<axum::extract::Query<ValuesQuery>, axum::extract::rejection::QueryRejection>,
+) -> axum::response::Response {
+    let instance = match query {
+        Ok(q) => q.0.instance,
+        Err(e) => {
+            return error::ApiError::invalid(crate::model::FieldError::new("instance", "", e.body_text()))
+                .into_response();
+        }
+    };
+    let engine = app.engine.clone();
+    let name = instance.clone();
+    match tokio::task::spawn_blocking(move || engine.values_exposition(name.as_deref())).await {
+        Ok(Some(body)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            body,
+        )
+            .into_response(),
+        Ok(None) => {
+            let mut e = error::ApiError::not_found(format!(
+                "no instance named {:?}",
+                instance.as_deref().unwrap_or_default()
+            ));
+            e.field = Some("instance".into());
+            e.into_response()
+        }
+        Err(e) => error::ApiError::internal(e).into_response(),
+    }
 }
 
 async fn metrics(axum::extract::State(app): axum::extract::State<AppState>) -> impl IntoResponse {

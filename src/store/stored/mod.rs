@@ -12,6 +12,7 @@
 //! `model::duration_str` writes and reads them, the fixtures included.
 
 mod instance;
+mod latest;
 mod task;
 mod values;
 
@@ -19,6 +20,7 @@ mod values;
 mod tests;
 
 pub(crate) use instance::StoredInstance;
+pub(crate) use latest::{StoredBody, StoredBodyRef, StoredValues, StoredValuesRef};
 pub(crate) use task::{StoredTask, StoredTaskRef};
 pub(crate) use values::{
     StoredOutboxEvent, StoredOutboxEventRef, StoredRollup, StoredSession, StoredSettings, StoredSettingsRef,
