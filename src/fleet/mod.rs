@@ -527,15 +527,17 @@ impl Fleet {
         self.shared.stats()
     }
 
-    /// A Pollster config snippet: one `[[instances]]` entry (name,
-    /// `type = "http"`, url) per instance, in start order.
+    /// A Pollster config snippet: one `[[instances]]` entry (name, type,
+    /// url) per instance, in start order: `type = "http"`, or the shipped
+    /// type of the API a member simulates (`pve`, …).
     pub fn config_snippet(&self) -> String {
         let base = self.base_url();
         let mut out = format!("# pollster-fleet: {} instances on {base}\n", self.shared.order.len());
         for i in &self.shared.order {
             // Names are URL-unreserved characters only: no TOML escaping needed.
+            let ty = i.sim.map_or("http", sim::SimApi::type_name);
             out.push_str(&format!(
-                "\n[[instances]]\nname = \"{0}\"\ntype = \"http\"\nurl = \"{base}/i/{0}\"\n",
+                "\n[[instances]]\nname = \"{0}\"\ntype = \"{ty}\"\nurl = \"{base}/i/{0}\"\n",
                 i.name
             ));
         }

@@ -615,6 +615,9 @@ async fn a_simulating_member_answers_the_simulated_api_below_its_prefix() {
     let plain = get(&format!("{}/api2/json/version", fleet.url("plain"))).await;
     assert_eq!(plain.json(), json!({"instance": "plain", "status": "ok"}));
     // A behaviour other than a healthy answer wins over the simulation.
+    let snippet = fleet.config_snippet();
+    assert!(snippet.contains("name = \"lab\"\ntype = \"pve\""), "{snippet}");
+    assert!(snippet.contains("name = \"plain\"\ntype = \"http\""), "{snippet}");
     assert!(fleet.set("lab", Behaviour::ServerError));
     assert_eq!(
         get(&format!("{}/api2/json/version", fleet.url("lab"))).await.status,
