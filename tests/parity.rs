@@ -606,6 +606,19 @@ async fn the_pve_preset_gives_what_prometheus_pve_exporter_gives() {
             let (diffs, gaps) = differences(&theirs, &ours);
             if diffs.is_empty() {
                 report("/values", &theirs, &diffs, &gaps);
+                // The node collectors' superset: the other online node too.
+                let pve2 = (
+                    "pve_subscription_info".to_string(),
+                    BTreeMap::from([
+                        ("id".to_string(), "node/pve2".to_string()),
+                        ("level".to_string(), "c".to_string()),
+                    ]),
+                );
+                assert_eq!(
+                    ours.series.get(&pve2),
+                    Some(&1.0),
+                    "the subscription fan-out covers pve2:\n{body}"
+                );
                 break;
             }
             if Instant::now() > deadline {
