@@ -27,7 +27,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +45,11 @@ use serde_json::Value;
 
 /// The simulation tick both pollers see.
 const TICK: u64 = 42;
+/// The exporter's answer for the simulated cluster at [`TICK`], recorded
+/// (`PARITY_RECORD=1` rewrites it from a live run), so the rules are checked
+/// against it even where the exporter is not installed; a live run checks
+/// the recording is still what the exporter says.
+const RECORDED: &str = "tests/fixtures/parity/pve-exporter-3.10.2.prom";
 const USER: &str = "monitor@pve";
 const TOKEN_ID: &str = "pollster";
 const SECRET: &str = "3f1c9a52-7d0e-4b8f-9e61-parity";
@@ -512,7 +517,54 @@ fn report(what: &str, exporter: &Exposition, diffs: &[String], gaps: &BTreeSet<S
     );
 }
 
+fn recorded_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(RECORDED)
+}
+
+/// The live exporter's answer equals the recording, or it is rewritten
+/// with `PARITY_RECORD=1`.
+fn check_recording(live: &str) {
+    let path = recorded_path();
+    if std::env::var("PARITY_RECORD").as_deref() == Ok("1") {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("fixture dir");
+        std::fs::write(&path, live).expect("write the recording");
+        println!("recorded the exporter's answer in {}", path.display());
+        return;
+    }
+    let recorded = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (live, recorded) = (parse_exposition(live), parse_exposition(&recorded));
+    let mut diffs = Vec::new();
+    for (key, value) in &live.series {
+        match recorded.series.get(key) {
+            None => diffs.push(format!("not recorded: {} {value}", show(key))),
+            Some(v) if !same_value(*v, *value) => diffs.push(format!("recorded {v}, live {value}: {}", show(key))),
+            Some(_) => {}
+        }
+    }
+    for key in recorded.series.keys().filter(|k| !live.series.contains_key(*k)) {
+        diffs.push(format!("recorded but not given: {}", show(key)));
+    }
+    if live.heads != recorded.heads {
+        diffs.push("HELP or TYPE lines differ".into());
+    }
+    assert!(
+        diffs.is_empty(),
+        "the exporter no longer gives {RECORDED} (rerun with PARITY_RECORD=1 if the simulator changed on purpose):\n  {}",
+        diffs.join("\n  ")
+    );
+}
+
 // ---------------------------------------------------------------- tests
+
+#[test]
+fn the_preset_rules_give_the_recorded_exporter_answer() {
+    let path = recorded_path();
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let theirs = parse_exposition(&text);
+    let offline = parse_exposition(&offline_exposition());
+    let (diffs, gaps) = differences(&theirs, &offline);
+    report("offline rules vs the recorded exporter answer", &theirs, &diffs, &gaps);
+}
 
 #[test]
 fn the_parser_reads_labels_escapes_and_values() {
@@ -587,6 +639,7 @@ async fn the_pve_preset_gives_what_prometheus_pve_exporter_gives() {
     );
     let theirs = parse_exposition(&text);
     assert!(!theirs.series.is_empty(), "the exporter gave no pve_ series:\n{text}");
+    check_recording(&text);
 
     // The preset's rules, offline, on the same bodies.
     let offline = parse_exposition(&offline_exposition());
