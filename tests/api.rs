@@ -436,6 +436,12 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
     let text = r.text().await.unwrap_or_default();
     assert!(!text.contains("# HELP"), "metrics leaked on the API listener");
 
+    promtool_check(&body);
+    app.stop().await;
+}
+
+/// `promtool check metrics` accepts `body`.
+fn promtool_check(body: &str) {
     let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
@@ -455,7 +461,6 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    app.stop().await;
 }
 
 /// GET with the test token, answering (status, `Allow`, parsed JSON body).
@@ -734,5 +739,128 @@ async fn openapi_document_uses_openapi_3_0_keywords_and_lists_the_types() {
             "{t} in {types}"
         );
     }
+    app.stop().await;
+}
+
+async fn values_text(app: &TestApp, query: &str) -> (u16, String) {
+    let r = reqwest::get(format!("http://{}/values{query}", app.metrics_addr))
+        .await
+        .expect("scrape");
+    (r.status().as_u16(), r.text().await.expect("text"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_and_the_data_api_serve_the_latest_answers_without_calling_the_target() {
+    let app = TestApp::spawn_with(
+        vec![("a", Behaviour::Changing), ("b", Behaviour::Healthy)],
+        &Default::default(),
+        |c| {
+            c.types.push(valued_type());
+            for i in &mut c.instances {
+                i.type_name = "valued".into();
+            }
+        },
+    )
+    .await;
+    let b_up = "# HELP fleet_up The target answers ok\n# TYPE fleet_up gauge\nfleet_up{instance=\"b\",name=\"b\"} 1\n";
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (_, all) = values_text(&app, "").await;
+        if all.contains("fleet_requests_total{instance=\"a\"}") && all.contains("instance=\"b\"") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no values in time:\n{all}\n{}\n{}",
+            app.get_json("/api/instances/b/data").await,
+            app.get_json("/api/monitoring/scheduler/health").await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // One instance: exactly its samples (b has no `seq`: skipped, counted).
+    assert_eq!(values_text(&app, "?instance=b").await, (200, b_up.to_string()));
+    let (status, all) = values_text(&app, "").await;
+    assert_eq!(status, 200);
+    assert!(all.contains("fleet_up{instance=\"a\",name=\"a\"} 1\n"), "{all}");
+    assert_eq!(all.matches("# HELP fleet_up").count(), 1, "{all}");
+    promtool_check(&all);
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains("pollster_values_errors_total{group=\"probe\",metric=\"fleet_requests_total\",reason=\"missing\",type=\"valued\"}"),
+        "{metrics}"
+    );
+    let (status, body) = values_text(&app, "?instance=nope").await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).expect("json")["error"]["field"],
+        "instance"
+    );
+    assert_eq!(values_text(&app, "?bogus=1").await.0, 422);
+
+    // The data API: the same values with their age, and the body's URL.
+    let data = app.get_json("/api/instances/b/data").await;
+    let g = &data["groups"][0];
+    assert_eq!(data["instance"], "b");
+    assert_eq!(g["group"], "probe");
+    assert_eq!(g["fresh"], true);
+    assert_eq!(
+        g["values"],
+        json!([{"metric": "fleet_up", "labels": {"name": "b"}, "value": 1.0}])
+    );
+    assert!(g["ageSeconds"].as_f64().expect("age") < 5.0, "{g}");
+    assert_eq!(g["body"], "/api/instances/b/data/probe/body");
+    let r = app.get("/api/instances/b/data/probe/body").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    assert!(r.headers().contains_key("last-modified") && r.headers().contains_key("age"));
+    let etag = r.headers()["etag"].to_str().expect("etag").to_string();
+    assert_eq!(r.text().await.expect("body"), r#"{"instance":"b","status":"ok"}"#);
+    let hits = app.fleet.hits("b");
+    for _ in 0..20 {
+        let r = app
+            .client
+            .get(app.url("/api/instances/b/data/probe/body"))
+            .bearer_auth(&app.token)
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .expect("req");
+        assert_eq!(r.status(), 304);
+    }
+    // Reads are served from the cache: the target sees its schedule only
+    // (a 100 ms cadence gives a handful of polls, not one per read).
+    assert!(
+        app.fleet.hits("b") - hits < 20,
+        "{} polls during 20 reads",
+        app.fleet.hits("b") - hits
+    );
+    // A changing body changes its ETag.
+    let first = app.get("/api/instances/a/data/probe/body").await.headers()["etag"].clone();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let later = app.get("/api/instances/a/data/probe/body").await.headers()["etag"].clone();
+    assert_ne!(first, later);
+    assert_eq!(app.get("/api/instances/nope/data").await.status(), 404);
+    assert_eq!(app.get("/api/instances/b/data/nope/body").await.status(), 404);
+    assert_eq!(app.get("/api/instances/b/data/probe/body?item=x").await.status(), 400);
+
+    // Test shows what the rules make of a fresh answer.
+    let (status, t) = app.send(Method::POST, "/api/instances/b/test", None).await;
+    assert_eq!(status, 200, "{t}");
+    assert_eq!(t["results"][0]["values"], g["values"]);
+    assert_eq!(
+        t["results"][0]["valueErrors"],
+        json!([{"metric": "fleet_requests_total", "reason": "missing", "count": 1}])
+    );
+
+    // A dead-lettered target's samples are no longer served.
+    app.fleet.set("b", Behaviour::NotFound);
+    let deadline = std::time::Instant::now() + WAIT;
+    while !values_text(&app, "?instance=b").await.1.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "b's samples still served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let g = &app.get_json("/api/instances/b/data").await["groups"][0];
+    assert_eq!(g["fresh"], false);
+    assert!(!values_text(&app, "").await.1.contains("instance=\"b\""));
     app.stop().await;
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{TestApp, free_port};
+use common::{TestApp, free_port, valued_type};
 use pollster::fleet::Behaviour;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
@@ -40,13 +40,27 @@ async fn prometheus_scrapes_and_stores_the_poll_metrics() {
         eprintln!("skipping: prometheus is not installed");
         return;
     }
-    let app = TestApp::spawn(vec![("ok", Behaviour::Healthy), ("broken", Behaviour::ServerError)]).await;
+    let app = TestApp::spawn_with(
+        vec![
+            ("ok", Behaviour::Healthy),
+            ("broken", Behaviour::ServerError),
+            ("v", Behaviour::Healthy),
+        ],
+        &Default::default(),
+        |c| {
+            c.types.push(valued_type());
+            c.instances[2].type_name = "valued".into();
+        },
+    )
+    .await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: pollster\n    honor_labels: true\n    static_configs:\n      - targets: [\"{}\"]\n",
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: pollster\n    honor_labels: true\n    static_configs:\n      - targets: [\"{0}\"]\n\
+             # The values of one instance, the way multi-target exporters are scraped.\n\
+             \x20 - job_name: values\n    metrics_path: /values\n    honor_labels: true\n    params:\n      instance: [v]\n    static_configs:\n      - targets: [\"{0}\"]\n",
             app.metrics_addr
         ),
     )
@@ -86,6 +100,22 @@ async fn prometheus_scrapes_and_stores_the_poll_metrics() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
+    // The values arrive with Pollster's instance and the rule's labels.
+    let values = loop {
+        let v = query(&client, &base, "fleet_up{job=\"values\"}").await;
+        if !v.is_empty() {
+            break v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "Prometheus never stored the values"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(values.len(), 1, "{values:?}");
+    assert_eq!(values[0]["metric"]["instance"], "v");
+    assert_eq!(values[0]["metric"]["name"], "v");
+    assert_eq!(values[0]["value"][1], "1");
     // Pollster's labels arrive as they are (honor_labels), with the job.
     let series = &ok[0]["metric"];
     assert_eq!(series["job"], "pollster", "{series}");

@@ -58,6 +58,23 @@ pub struct GroupRules {
     pub fingerprint: u64,
 }
 
+impl GroupRules {
+    /// Runs the rules on what a successful poll parsed: the one body, or
+    /// every successful fan-out item's (as one extraction).
+    pub fn run(&self, json: &crate::model::PolledJson) -> crate::values::Extraction {
+        let mut x = crate::values::Extractor::new(self.max_series);
+        match json {
+            crate::model::Polled::One(body) => x.feed(&self.rules, body, None),
+            crate::model::Polled::Items(items) => {
+                for (item, body) in items {
+                    x.feed(&self.rules, body, Some(item));
+                }
+            }
+        }
+        x.finish()
+    }
+}
+
 /// A metric that value rules give: its HELP and TYPE (one per metric, as
 /// check-config makes sure) and how many groups feed it.
 #[derive(Debug, Clone)]

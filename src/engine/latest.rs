@@ -79,6 +79,9 @@ pub struct Latest {
 pub(super) struct Fresh<'a> {
     pub samples: Option<(Vec<Sample>, u64)>,
     pub bodies: Option<&'a KeptBodies>,
+    /// A fan-out's items that failed this time (their last bodies stay);
+    /// the bodies of items no longer fanned out over are dropped.
+    pub failed_items: &'a [crate::model::FailedItem],
     pub polled_at: Timestamp,
     pub stale_after: Duration,
 }
@@ -127,6 +130,19 @@ impl Latest {
                 Polled::Items(items) => items.iter().map(|(i, b)| (i.as_str(), b)).collect(),
             };
             let per_task = inner.bodies.entry(key.clone()).or_default();
+            if let Polled::Items(items) = bodies {
+                let gone: Vec<String> = per_task
+                    .keys()
+                    .filter(|k| {
+                        !items.iter().any(|(i, _)| i == *k) && !fresh.failed_items.iter().any(|f| &f.item == *k)
+                    })
+                    .cloned()
+                    .collect();
+                for item in gone {
+                    per_task.remove(&item);
+                    inner.dirty_bodies.insert((key.clone(), item), None);
+                }
+            }
             for (item, body) in got {
                 let rec = match body {
                     KeptBody::Kept { content_type, bytes } => BodyRecord::kept(now, content_type, bytes),
@@ -324,4 +340,262 @@ pub fn render(catalog: &ValueCatalog, tasks: &[(TaskKey, Arc<[Sample]>)]) -> Str
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DeadLetterReason, DeadLetterRecord, TypeDef};
+
+    const T0: Timestamp = Timestamp(1_800_000_000_000);
+    const STALE: Duration = Duration::from_secs(120);
+
+    fn sample(metric: &str, id: &str, value: f64) -> Sample {
+        Sample {
+            metric: metric.into(),
+            labels: vec![("id".into(), id.to_string())],
+            value,
+        }
+    }
+
+    fn fresh(samples: Vec<Sample>, at: Timestamp) -> Fresh<'static> {
+        Fresh {
+            samples: Some((samples, 7)),
+            bodies: None,
+            failed_items: &[],
+            polled_at: at,
+            stale_after: STALE,
+        }
+    }
+
+    fn key(i: &str) -> TaskKey {
+        TaskKey::new(i, "g")
+    }
+
+    #[test]
+    fn the_same_samples_again_move_the_poll_time_and_write_nothing() {
+        let l = Latest::default();
+        l.record(&key("a"), fresh(vec![sample("m", "1", 1.0)], T0));
+        let batch = l.take_dirty();
+        assert_eq!(batch.values.len(), 1);
+        let later = T0.plus(Duration::from_secs(30));
+        l.record(&key("a"), fresh(vec![sample("m", "1", 1.0)], later));
+        assert!(l.take_dirty().is_empty());
+        assert_eq!(l.values_of(&key("a")).expect("values").values.polled_at, later);
+        l.record(&key("a"), fresh(vec![sample("m", "1", 2.0)], later));
+        let batch = l.take_dirty();
+        let written = batch.values[0].1.as_ref().expect("a write");
+        assert_eq!(written.samples[0].value, 2.0);
+        // A failed commit puts it back.
+        l.restore(batch);
+        assert_eq!(l.take_dirty().values.len(), 1);
+    }
+
+    #[test]
+    fn samples_are_fresh_until_stale_and_never_while_parked() {
+        let l = Latest::default();
+        l.record(&key("a"), fresh(vec![sample("m", "1", 1.0)], T0));
+        assert_eq!(l.fresh(T0.plus(STALE), None).len(), 1);
+        assert!(l.fresh(T0.plus(STALE + Duration::from_millis(1)), None).is_empty());
+        l.park(&key("a"));
+        assert!(l.fresh(T0, None).is_empty());
+        assert!(l.values_of(&key("a")).is_some(), "kept for the data API");
+        // A new good poll brings it back.
+        l.record(&key("a"), fresh(vec![sample("m", "1", 1.0)], T0));
+        assert_eq!(l.fresh(T0, Some("a")).len(), 1);
+        assert!(l.fresh(T0, Some("b")).is_empty());
+    }
+
+    #[test]
+    fn bodies_are_written_when_they_change_and_readable_until_written() {
+        let l = Latest::default();
+        let body = |text: &str| {
+            Polled::One(KeptBody::Kept {
+                content_type: "application/json".into(),
+                bytes: text.as_bytes().to_vec(),
+            })
+        };
+        let b1 = body("{\"a\":1}");
+        let with = |b: &'static KeptBodies, at| Fresh {
+            samples: None,
+            bodies: Some(b),
+            failed_items: &[],
+            polled_at: at,
+            stale_after: STALE,
+        };
+        let b1: &'static KeptBodies = Box::leak(Box::new(b1));
+        l.record(&key("a"), with(b1, T0));
+        let unwritten = l.unwritten_body(&key("a"), "").expect("in memory");
+        assert_eq!(unwritten.bytes.as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(l.take_dirty().bodies.len(), 1);
+        assert!(
+            l.unwritten_body(&key("a"), "").is_none(),
+            "bytes leave memory once taken"
+        );
+        l.record(&key("a"), with(b1, T0.plus(Duration::from_secs(10))));
+        assert!(l.take_dirty().is_empty(), "same body, nothing to write");
+        assert_eq!(l.bodies_of(&key("a"))[""].polled_at, T0.plus(Duration::from_secs(10)));
+        let b2: &'static KeptBodies = Box::leak(Box::new(Polled::One(KeptBody::TooLarge { bytes: 5_000_000 })));
+        l.record(&key("a"), with(b2, T0));
+        let batch = l.take_dirty();
+        assert_eq!(batch.bodies[0].2.as_ref().expect("a write").bytes, None);
+        assert!(!l.bodies_of(&key("a"))[""].kept);
+    }
+
+    #[test]
+    fn a_fan_out_keeps_a_failed_item_s_body_and_drops_an_item_no_longer_listed() {
+        let l = Latest::default();
+        let kept = |t: &str| KeptBody::Kept {
+            content_type: String::new(),
+            bytes: t.as_bytes().to_vec(),
+        };
+        let all: &'static KeptBodies = Box::leak(Box::new(Polled::Items(vec![
+            ("n1".into(), kept("1")),
+            ("n2".into(), kept("2")),
+            ("n3".into(), kept("3")),
+        ])));
+        let only_n1: &'static KeptBodies = Box::leak(Box::new(Polled::Items(vec![("n1".into(), kept("1"))])));
+        let failed: &'static [crate::model::FailedItem] = Box::leak(Box::new([crate::model::FailedItem {
+            item: "n2".into(),
+            error: crate::model::PollError::new(
+                crate::model::ErrorCategory::Transient,
+                crate::model::ErrorKind::Timeout,
+                "t",
+            ),
+        }]));
+        for (bodies, failed_items) in [(all, &[][..]), (only_n1, failed)] {
+            l.record(
+                &key("a"),
+                Fresh {
+                    samples: None,
+                    bodies: Some(bodies),
+                    failed_items,
+                    polled_at: T0,
+                    stale_after: STALE,
+                },
+            );
+        }
+        let items: Vec<String> = l.bodies_of(&key("a")).into_keys().collect();
+        assert_eq!(items, vec!["n1", "n2"]);
+        let deleted: Vec<(String, bool)> = l
+            .take_dirty()
+            .bodies
+            .into_iter()
+            .filter(|(_, _, b)| b.is_none())
+            .map(|(_, i, b)| (i, b.is_some()))
+            .collect();
+        assert_eq!(deleted, vec![("n3".to_string(), false)]);
+    }
+
+    #[test]
+    fn removed_tasks_and_changed_rules_are_forgotten_and_deleted() {
+        let l = Latest::default();
+        l.record(&key("a"), fresh(vec![sample("m", "1", 1.0)], T0));
+        l.record(&key("b"), fresh(vec![sample("m", "1", 1.0)], T0));
+        l.record(&key("c"), fresh(vec![sample("m", "1", 1.0)], T0));
+        l.take_dirty();
+        // a is gone; c's rules changed (fingerprint 8, not 7).
+        l.retain(
+            |k| *k.instance != *"a",
+            |k| Some(if *k.instance == *"c" { 8 } else { 7 }),
+        );
+        let mut batch = l.take_dirty().values;
+        batch.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(batch, vec![(key("a"), None), (key("c"), None)]);
+        assert!(l.values_of(&key("b")).is_some());
+    }
+
+    #[test]
+    fn loading_keeps_what_is_still_valid_and_dates_it_by_the_last_success() {
+        let l = Latest::default();
+        let stored = |i: &str| {
+            (
+                key(i),
+                TaskValues {
+                    polled_at: T0,
+                    stale_after: STALE,
+                    fingerprint: 7,
+                    samples: vec![sample("m", i, 1.0)].into(),
+                },
+            )
+        };
+        let later = T0.plus(Duration::from_secs(60));
+        let record = |k: &TaskKey| -> Option<TaskRecord> {
+            let mut r = TaskRecord {
+                last_success: Some(later),
+                ..TaskRecord::default()
+            };
+            match &*k.instance {
+                "gone" => return None,
+                "dead" => {
+                    r.dead_letter = Some(DeadLetterRecord {
+                        reason: DeadLetterReason::PermanentFailure,
+                        since: T0,
+                        next_recheck: later,
+                        rechecks: 0,
+                    })
+                }
+                _ => {}
+            }
+            Some(r)
+        };
+        l.load(
+            vec![stored("ok"), stored("dead"), stored("gone"), stored("changed")],
+            vec![],
+            record,
+            |k| Some(if *k.instance == *"changed" { 9 } else { 7 }),
+        );
+        assert_eq!(l.values_of(&key("ok")).expect("ok").values.polled_at, later);
+        let served: Vec<String> = l
+            .fresh(later, None)
+            .iter()
+            .map(|(k, _)| k.instance.to_string())
+            .collect();
+        assert_eq!(served, vec!["ok"]);
+        let mut deleted: Vec<String> = l
+            .take_dirty()
+            .values
+            .into_iter()
+            .map(|(k, _)| k.instance.to_string())
+            .collect();
+        deleted.sort();
+        assert_eq!(deleted, vec!["changed", "gone"]);
+    }
+
+    #[test]
+    fn render_writes_each_family_once_with_the_instance_and_drops_cross_group_duplicates() {
+        let rule = |m: &str| -> crate::values::ValueRule {
+            toml::from_str(&format!(
+                "metric = \"{m}\"\nhelp = \"h {m}\"\nvalue = \"/v\"\nlabels = {{ id = \"/id\" }}"
+            ))
+            .expect("rule")
+        };
+        let mut g1 = crate::model::GroupDef::new("g1", "/a", 1, Duration::from_secs(10));
+        g1.values = vec![rule("up"), rule("cpu")];
+        let mut g2 = crate::model::GroupDef::new("g2", "/b", 1, Duration::from_secs(10));
+        g2.values = vec![rule("up")];
+        let ty = TypeDef {
+            name: "t".into(),
+            groups: vec![g1, g2],
+        };
+        let cat = ValueCatalog::build([&ty]);
+        assert_eq!(cat.family("up").expect("up").groups, 2);
+        let tasks: Vec<(TaskKey, Arc<[Sample]>)> = vec![
+            (
+                TaskKey::new("x", "g1"),
+                vec![sample("up", "n1", 1.0), sample("cpu", "n1", 0.5)].into(),
+            ),
+            (
+                TaskKey::new("x", "g2"),
+                vec![sample("up", "n1", 0.0), sample("up", "q1", 1.0)].into(),
+            ),
+            (TaskKey::new("y", "g2"), vec![sample("up", "n1", 1.0)].into()),
+        ];
+        assert_eq!(
+            render(&cat, &tasks),
+            "# HELP cpu h cpu\n# TYPE cpu gauge\ncpu{instance=\"x\",id=\"n1\"} 0.5\n\
+             # HELP up h up\n# TYPE up gauge\nup{instance=\"x\",id=\"n1\"} 1\nup{instance=\"x\",id=\"q1\"} 1\n\
+             up{instance=\"y\",id=\"n1\"} 1\n"
+        );
+    }
 }

@@ -122,6 +122,7 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
                     latest::Fresh {
                         samples: extracted,
                         bodies: ok.kept_body.as_ref(),
+                        failed_items: &ok.failed_items,
                         polled_at: now,
                         stale_after,
                     },
@@ -160,17 +161,7 @@ fn extract_values(
 ) -> Option<(Vec<crate::values::Sample>, u64)> {
     let group = target.group();
     let rules = catalog.values.group(target.type_name(), &group.name)?;
-    let json = ok.json.as_ref()?;
-    let mut x = crate::values::Extractor::new(rules.max_series);
-    match json {
-        crate::model::Polled::One(body) => x.feed(&rules.rules, body, None),
-        crate::model::Polled::Items(items) => {
-            for (item, body) in items {
-                x.feed(&rules.rules, body, Some(item));
-            }
-        }
-    }
-    let out = x.finish();
+    let out = rules.run(ok.json.as_ref()?);
     for ((metric, reason), n) in &out.skipped {
         shared
             .metrics

@@ -219,6 +219,8 @@ pub fn api_router(state: AppState) -> Router<AppState> {
             get(instances::get).put(instances::update).delete(instances::delete),
         )
         .route("/instances/{name}/test", post(instances::test))
+        .route("/instances/{name}/data", get(data::get))
+        .route("/instances/{name}/data/{group}/body", get(data::body))
         .route("/admin/backup", get(admin::backup))
         .route("/openapi.json", get(openapi::openapi))
         .fallback(api_not_found)
@@ -352,6 +354,7 @@ pub fn metrics_router(state: AppState) -> Router {
 }
 
 #[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ValuesQuery {
     instance: Option<String>,
 }

@@ -157,6 +157,22 @@ pub struct TestResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(inline)]
     pub error: Option<TestError>,
+    /// What the group's value rules extract from this answer (present for
+    /// a group with rules whose poll succeeded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<Vec<super::api::data::ValueView>>,
+    /// Samples the rules skipped, by metric and reason.
+    #[serde(rename = "valueErrors", skip_serializing_if = "Vec::is_empty")]
+    #[schema(inline)]
+    pub value_errors: Vec<ValueError>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ValueError {
+    pub metric: String,
+    /// missing, not_number, unmapped, limit or duplicate.
+    pub reason: String,
+    pub count: u64,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -188,14 +204,35 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
         let r = tokio::time::timeout(hard, app.engine.fetch().fetch(&e.config, None, &g, &items)).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         results.push(match r {
-            Ok(Ok(ok)) => TestResult {
-                group: g.name,
-                ok: true,
-                status: Some(ok.status),
-                duration_ms,
-                bytes: Some(ok.body_bytes),
-                error: None,
-            },
+            Ok(Ok(ok)) => {
+                let extraction = cat
+                    .values
+                    .group(&e.config.type_name, &g.name)
+                    .zip(ok.json.as_ref())
+                    .map(|(rules, json)| rules.run(json));
+                TestResult {
+                    group: g.name,
+                    ok: true,
+                    status: Some(ok.status),
+                    duration_ms,
+                    bytes: Some(ok.body_bytes),
+                    error: None,
+                    value_errors: extraction
+                        .as_ref()
+                        .map(|x| {
+                            x.skipped
+                                .iter()
+                                .map(|((metric, reason), n)| ValueError {
+                                    metric: metric.to_string(),
+                                    reason: reason.as_str().to_string(),
+                                    count: *n,
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    values: extraction.map(|x| x.samples.iter().map(super::api::data::ValueView::of).collect()),
+                }
+            }
             Ok(Err(err)) => TestResult {
                 group: g.name,
                 ok: false,
@@ -207,6 +244,8 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
                     kind: err.kind,
                     message: err.message,
                 }),
+                values: None,
+                value_errors: Vec::new(),
             },
             Err(_) => TestResult {
                 group: g.name,
@@ -219,6 +258,8 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
                     kind: ErrorKind::Timeout,
                     message: "no response within the timeout".into(),
                 }),
+                values: None,
+                value_errors: Vec::new(),
             },
         });
     }

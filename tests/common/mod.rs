@@ -39,6 +39,24 @@ pub fn fast_type() -> TypeDef {
     }
 }
 
+/// A type whose one group keeps its body and turns the fleet's answer
+/// (`{"instance": NAME, "status": "ok"}`, plus `"seq": N` when changing)
+/// into two metrics.
+pub fn valued_type() -> pollster::model::TypeDef {
+    let mut g = pollster::model::GroupDef::new("probe", "", 1, Duration::from_millis(100));
+    g.keep_body = true;
+    for rule in [
+        "metric = \"fleet_up\"\nhelp = \"The target answers ok\"\nvalue = \"/status\"\nmap = { ok = 1 }\nmap_default = 0\nlabels = { name = \"/instance\" }",
+        "metric = \"fleet_requests_total\"\nhelp = \"Requests the target has answered\"\nkind = \"counter\"\nvalue = \"/seq\"",
+    ] {
+        g.values.push(toml::from_str(rule).expect("rule"));
+    }
+    pollster::model::TypeDef {
+        name: "valued".into(),
+        groups: vec![g],
+    }
+}
+
 pub fn instance(name: &str, type_name: &str, url: String) -> InstanceConfig {
     InstanceConfig {
         timeout: Duration::from_millis(500),

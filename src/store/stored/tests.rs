@@ -231,6 +231,64 @@ fn outbox_event() -> OutboxEvent {
     }
 }
 
+const VALUES: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"polled_at":1764480000000,"stale_after":"2m","rules":"00ff00ff00ff00ff","samples":[{"metric":"pve_up","labels":[["id","qemu/100"]],"value":1.0},{"metric":"pve_cpu_usage_ratio","labels":[],"value":0.25}]}"#,
+};
+
+fn values() -> TaskValues {
+    use crate::values::Sample;
+    TaskValues {
+        polled_at: Timestamp(1_764_480_000_000),
+        stale_after: Duration::from_secs(120),
+        fingerprint: 0x00ff_00ff_00ff_00ff,
+        samples: vec![
+            Sample {
+                metric: "pve_up".into(),
+                labels: vec![("id".into(), "qemu/100".into())],
+                value: 1.0,
+            },
+            Sample {
+                metric: "pve_cpu_usage_ratio".into(),
+                labels: vec![],
+                value: 0.25,
+            },
+        ]
+        .into(),
+    }
+}
+
+/// A kept UTF-8 body, a kept binary one, and one too large to keep.
+/// A fixture's JSON and the body it holds.
+type BodyFixture = (&'static [u8], fn() -> BodyRecord);
+
+const BODIES: [BodyFixture; 3] = [
+    (
+        br#"{"polled_at":1764480000000,"content_type":"application/json","size":11,"etag":"abc","text":"{\"data\":1}\n"}"#,
+        || BodyRecord {
+            polled_at: Timestamp(1_764_480_000_000),
+            content_type: "application/json".into(),
+            size: 11,
+            etag: "abc".into(),
+            bytes: Some(std::sync::Arc::from(&b"{\"data\":1}\n"[..])),
+        },
+    ),
+    (
+        br#"{"polled_at":1764480000000,"content_type":"","size":2,"etag":"def","hex":"ff00"}"#,
+        || BodyRecord {
+            polled_at: Timestamp(1_764_480_000_000),
+            content_type: String::new(),
+            size: 2,
+            etag: "def".into(),
+            bytes: Some(std::sync::Arc::from(&[0xff_u8, 0][..])),
+        },
+    ),
+    (
+        br#"{"polled_at":1764480000000,"content_type":"","size":2000000,"etag":""}"#,
+        || BodyRecord::too_large(Timestamp(1_764_480_000_000), 2_000_000),
+    ),
+];
+
 /// `meta` numbers: format 1 for ever (an older release reads the schema
 /// version to refuse a newer file).
 const META_NUMBER: Fixture = Fixture {
@@ -335,6 +393,41 @@ fn every_value_decodes_from_and_encodes_to_todays_bytes() {
         |e| codec::encode_stored(&StoredOutboxEventRef::from(e)),
         |b| stored::<StoredOutboxEvent, _>("outbox", b),
     );
+    check(
+        "values",
+        &VALUES,
+        &values(),
+        |v| codec::encode_stored(&StoredValuesRef::from(v)),
+        |b| {
+            codec::decode_stored::<StoredValues>("values", b"k", b).and_then(|s| {
+                TaskValues::try_from(s).map_err(|e| StoreError::Corrupt {
+                    table: "values",
+                    key: "k".into(),
+                    reason: e,
+                })
+            })
+        },
+    );
+    for (json, body) in BODIES {
+        check(
+            "body",
+            &Fixture {
+                version: FORMAT_JSON_V1,
+                json,
+            },
+            &body(),
+            |b| codec::encode_stored(&StoredBodyRef::from(b)),
+            |b| {
+                codec::decode_stored::<StoredBody>("bodies", b"k", b).and_then(|s| {
+                    BodyRecord::try_from(s).map_err(|e| StoreError::Corrupt {
+                        table: "bodies",
+                        key: "k".into(),
+                        reason: e,
+                    })
+                })
+            },
+        );
+    }
     check(
         "meta number",
         &META_NUMBER,

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod budgets;
+pub mod data;
 pub mod dead_letter;
 pub mod groups;
 pub mod health;
