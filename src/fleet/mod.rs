@@ -51,6 +51,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// How often the figures of simulated APIs move (see [`sim`]).
+pub const SIM_TICK: Duration = Duration::from_secs(10);
+
 /// How long [`Fleet::stop`] waits for the server task to wind down before
 /// aborting it (connections are closed at once, so this is only a backstop).
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -179,6 +182,43 @@ impl Behaviour {
     }
 }
 
+/// One instance of the fleet, as [`Fleet::start_members`] takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    pub name: String,
+    pub behaviour: Behaviour,
+    /// When set, the healthy answers are the simulated API's body for the
+    /// path below `/i/{name}` ([`sim::answer`]; 404 for a path it does not
+    /// have) instead of the generic `{"instance":…,"status":"ok"}`.
+    pub sim: Option<sim::SimApi>,
+}
+
+impl Member {
+    /// A member with the generic body.
+    pub fn new(name: impl Into<String>, behaviour: Behaviour) -> Member {
+        Member {
+            name: name.into(),
+            behaviour,
+            sim: None,
+        }
+    }
+
+    /// A member that simulates `api`.
+    pub fn simulating(name: impl Into<String>, behaviour: Behaviour, api: sim::SimApi) -> Member {
+        Member {
+            name: name.into(),
+            behaviour,
+            sim: Some(api),
+        }
+    }
+}
+
+impl From<(String, Behaviour)> for Member {
+    fn from((name, behaviour): (String, Behaviour)) -> Member {
+        Member::new(name, behaviour)
+    }
+}
+
 /// One instance as the control API and [`Fleet::snapshot`] report it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceStatus {
@@ -241,17 +281,20 @@ struct Instance {
     window: AtomicU64,
     /// The `Healthy` body, built once.
     healthy_body: Bytes,
+    /// The API it simulates: its healthy answers come from [`sim::answer`].
+    sim: Option<sim::SimApi>,
 }
 
 impl Instance {
-    fn new(name: String, behaviour: Behaviour, format: BodyFormat) -> Instance {
-        let healthy_body = format.body(&name);
+    fn new(member: Member, format: BodyFormat) -> Instance {
+        let healthy_body = format.body(&member.name);
         Instance {
-            name,
-            behaviour: RwLock::new(behaviour),
+            name: member.name,
+            behaviour: RwLock::new(member.behaviour),
             hits: AtomicU64::new(0),
             window: AtomicU64::new(0),
             healthy_body,
+            sim: member.sim,
         }
     }
 
@@ -305,16 +348,17 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(instances: Vec<(String, Behaviour)>, format: BodyFormat) -> std::io::Result<Shared> {
-        let mut by_name = HashMap::with_capacity(instances.len());
-        let mut order = Vec::with_capacity(instances.len());
-        for (name, behaviour) in instances {
+    fn new(members: Vec<Member>, format: BodyFormat) -> std::io::Result<Shared> {
+        let mut by_name = HashMap::with_capacity(members.len());
+        let mut order = Vec::with_capacity(members.len());
+        for member in members {
+            let name = member.name.clone();
             if !valid_name(&name) {
                 return Err(invalid_input(format!(
                     "instance name {name:?} must be non-empty and use only A-Z a-z 0-9 - . _ ~"
                 )));
             }
-            let instance = Arc::new(Instance::new(name.clone(), behaviour, format));
+            let instance = Arc::new(Instance::new(member, format));
             if by_name.insert(name, Arc::clone(&instance)).is_some() {
                 return Err(invalid_input(format!("duplicate instance name {:?}", instance.name)));
             }
@@ -327,6 +371,11 @@ impl Shared {
             hung_open: AtomicU64::new(0),
             format,
         })
+    }
+
+    /// The simulation tick now: one every [`SIM_TICK`] since the fleet started.
+    fn sim_tick(&self) -> u64 {
+        (self.started.elapsed().as_millis() / SIM_TICK.as_millis()) as u64
     }
 
     fn total_hits(&self) -> u64 {
@@ -396,7 +445,13 @@ impl Fleet {
         instances: Vec<(String, Behaviour)>,
         format: BodyFormat,
     ) -> std::io::Result<Fleet> {
-        let shared = Arc::new(Shared::new(instances, format)?);
+        Fleet::start_members(bind, instances.into_iter().map(Member::from).collect(), format).await
+    }
+
+    /// [`Fleet::start_with`], where members may simulate an API
+    /// ([`Member::simulating`]).
+    pub async fn start_members(bind: SocketAddr, members: Vec<Member>, format: BodyFormat) -> std::io::Result<Fleet> {
+        let shared = Arc::new(Shared::new(members, format)?);
         let listener = tokio::net::TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -472,15 +527,17 @@ impl Fleet {
         self.shared.stats()
     }
 
-    /// A Pollster config snippet: one `[[instances]]` entry (name,
-    /// `type = "http"`, url) per instance, in start order.
+    /// A Pollster config snippet: one `[[instances]]` entry (name, type,
+    /// url) per instance, in start order: `type = "http"`, or the shipped
+    /// type of the API a member simulates (`pve`, …).
     pub fn config_snippet(&self) -> String {
         let base = self.base_url();
         let mut out = format!("# pollster-fleet: {} instances on {base}\n", self.shared.order.len());
         for i in &self.shared.order {
             // Names are URL-unreserved characters only: no TOML escaping needed.
+            let ty = i.sim.map_or("http", sim::SimApi::type_name);
             out.push_str(&format!(
-                "\n[[instances]]\nname = \"{0}\"\ntype = \"http\"\nurl = \"{base}/i/{0}\"\n",
+                "\n[[instances]]\nname = \"{0}\"\ntype = \"{ty}\"\nurl = \"{base}/i/{0}\"\n",
                 i.name
             ));
         }

@@ -13,7 +13,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
 use axum::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::{any, get};
 use serde::Serialize;
@@ -97,8 +97,22 @@ async fn instance(State(shared): State<Arc<Shared>>, request: Request) -> Respon
     answer(&shared, &instance, hit, request).await
 }
 
-/// 200 with the instance's healthy body, in the fleet's format.
-fn healthy(shared: &Shared, instance: &Instance) -> Response {
+/// 200 with the instance's healthy body, in the fleet's format; for an
+/// instance that simulates an API, that API's answer for the path below
+/// `/i/{name}` (404 when it has none).
+fn healthy(shared: &Shared, instance: &Instance, uri: Option<&Uri>) -> Response {
+    if let (Some(api), Some(uri)) = (instance.sim, uri) {
+        let below = uri
+            .path()
+            .strip_prefix("/i/")
+            .and_then(|rest| rest.strip_prefix(instance.name.as_str()))
+            .unwrap_or_default();
+        let below = if below.is_empty() { "/" } else { below };
+        return match super::sim::answer(api, below, uri.query().unwrap_or_default(), shared.sim_tick()) {
+            Some(body) => serialize_response(StatusCode::OK, &body),
+            None => error_response(StatusCode::NOT_FOUND, "no such path", Some(&instance.name)),
+        };
+    }
     let mut response = Response::new(Body::from(instance.healthy_body.clone()));
     response
         .headers_mut()
@@ -107,20 +121,23 @@ fn healthy(shared: &Shared, instance: &Instance) -> Response {
 }
 
 async fn answer(shared: &Shared, instance: &Instance, hit: u64, request: Request) -> Response {
+    // Only simulated APIs read the path: the generic answers stay free of
+    // any per-request copy.
+    let uri = instance.sim.is_some().then(|| request.uri().clone());
     match instance.behaviour() {
-        Behaviour::Healthy => healthy(shared, instance),
+        Behaviour::Healthy => healthy(shared, instance, uri.as_ref()),
         Behaviour::Changing => json_response(
             StatusCode::OK,
             format!(r#"{{"instance":"{}","status":"ok","seq":{hit}}}"#, instance.name),
         ),
         Behaviour::Slow { delay_ms } => {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-            healthy(shared, instance)
+            healthy(shared, instance, uri.as_ref())
         }
         Behaviour::Flapping { period_ms } => {
             let elapsed = shared.started.elapsed().as_millis();
             if (elapsed / u128::from(period_ms.max(1))) % 2 == 0 {
-                healthy(shared, instance)
+                healthy(shared, instance, uri.as_ref())
             } else {
                 error_response(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -135,7 +152,7 @@ async fn answer(shared: &Shared, instance: &Instance, hit: u64, request: Request
         } => {
             let second = shared.started.elapsed().as_secs();
             if admit(&instance.window, second, per_second) {
-                healthy(shared, instance)
+                healthy(shared, instance, uri.as_ref())
             } else {
                 let mut response = error_response(StatusCode::TOO_MANY_REQUESTS, "rate limited", Some(&instance.name));
                 response

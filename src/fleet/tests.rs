@@ -588,3 +588,47 @@ async fn prometheus_format_serves_text_exposition_to_healthy_answers_only() {
     assert_eq!(failing.header("content-type"), Some("application/json"));
     fleet.stop().await;
 }
+
+#[tokio::test]
+async fn a_simulating_member_answers_the_simulated_api_below_its_prefix() {
+    let fleet = Fleet::start_members(
+        loopback(),
+        vec![
+            Member::simulating("lab", Behaviour::Healthy, sim::SimApi::Pve),
+            Member::new("plain", Behaviour::Healthy),
+        ],
+        BodyFormat::Json,
+    )
+    .await
+    .expect("start fleet");
+    let tick = 0; // the test runs well within the first SIM_TICK
+    let resources = get(&format!("{}/api2/json/cluster/resources?type=vm", fleet.url("lab"))).await;
+    assert_eq!(resources.status, 200);
+    assert_eq!(resources.header("content-type"), Some("application/json"));
+    let expected = sim::answer(sim::SimApi::Pve, "/api2/json/cluster/resources", "type=vm", tick).expect("body");
+    assert_eq!(resources.json(), expected);
+    // A path the simulated API does not have: 404 JSON.
+    let missing = get(&format!("{}/api2/json/nope", fleet.url("lab"))).await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["instance"], "lab");
+    // Other members keep the generic body.
+    let plain = get(&format!("{}/api2/json/version", fleet.url("plain"))).await;
+    assert_eq!(plain.json(), json!({"instance": "plain", "status": "ok"}));
+    // A behaviour other than a healthy answer wins over the simulation.
+    let snippet = fleet.config_snippet();
+    assert!(snippet.contains("name = \"lab\"\ntype = \"pve\""), "{snippet}");
+    assert!(snippet.contains("name = \"plain\"\ntype = \"http\""), "{snippet}");
+    assert!(fleet.set("lab", Behaviour::ServerError));
+    assert_eq!(
+        get(&format!("{}/api2/json/version", fleet.url("lab"))).await.status,
+        500
+    );
+    assert_eq!(fleet.hits("lab"), 3);
+}
+
+#[test]
+fn pairs_convert_to_plain_members() {
+    let m: Member = ("a".to_string(), Behaviour::Healthy).into();
+    assert_eq!(m, Member::new("a", Behaviour::Healthy));
+    assert_eq!(m.sim, None);
+}

@@ -24,6 +24,18 @@ pub enum SimApi {
     Pmg,
 }
 
+impl SimApi {
+    /// The shipped Pollster type that polls this API (`pve`, `meraki`, …).
+    pub fn type_name(self) -> &'static str {
+        match self {
+            SimApi::Pve => "pve",
+            SimApi::Meraki => "meraki",
+            SimApi::Pbs => "pbs",
+            SimApi::Pmg => "pmg",
+        }
+    }
+}
+
 /// The body `api` answers for `path` (e.g. `/api2/json/cluster/resources`)
 /// and `query` (without `?`, possibly empty) at `tick`; `None` for a path
 /// the simulated API does not have (the fleet answers 404).
