@@ -2,10 +2,14 @@
 //! newcomer sees every panel move within a minute. Failure settings are
 //! shortened (2 s initial backoff, 2 min dead-letter recheck) so breakers open
 //! and tasks reach the dead-letter queue quickly; everything else is default.
-//! Four instances share a budget pool whose plan is stretched to fit.
+//! Four instances share a budget pool whose plan is stretched to fit. A
+//! simulated Proxmox VE cluster and a simulated Meraki organization run the
+//! shipped `pve` and `meraki` presets, so `/values` and the instance pages
+//! show real-looking metrics.
 
 use crate::cli::{DemoArgs, EXIT_FAILURE, Failure};
-use crate::fleet::{Behaviour, Fleet};
+use crate::fleet::sim::SimApi;
+use crate::fleet::{Behaviour, BodyFormat, Fleet, Member};
 use crate::model::{BudgetConfig, GroupDef, InstanceConfig, Timestamp, TypeDef};
 use std::future::Future;
 use std::time::Duration;
@@ -42,7 +46,19 @@ pub fn fleet_plan() -> Vec<(&'static str, Behaviour, &'static str, Duration)> {
         ("org-west", Behaviour::Healthy, "demo-saas", t),
         ("org-north", Behaviour::Changing, "demo-saas", t),
         ("org-south", Behaviour::Healthy, "demo-saas", t),
+        ("pve-lab", Behaviour::Healthy, "pve", t),
+        ("meraki-org", Behaviour::Healthy, "meraki", t),
     ]
+}
+
+/// The API an instance of the demo simulates: the shipped presets' types
+/// get their realistic bodies.
+fn simulated(type_name: &str) -> Option<SimApi> {
+    match type_name {
+        "pve" => Some(SimApi::Pve),
+        "meraki" => Some(SimApi::Meraki),
+        _ => None,
+    }
 }
 
 /// The demo's budget pool: the `demo-saas` instances share 2 requests/s,
@@ -95,9 +111,15 @@ pub fn demo_type() -> TypeDef {
 
 pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Failure> {
     let plan = fleet_plan();
-    let fleet = Fleet::start(
+    let fleet = Fleet::start_members(
         "127.0.0.1:0".parse().map_err(failure)?,
-        plan.iter().map(|(n, b, _, _)| (n.to_string(), b.clone())).collect(),
+        plan.iter()
+            .map(|(n, b, ty, _)| Member {
+                sim: simulated(ty),
+                ..Member::new(*n, b.clone())
+            })
+            .collect(),
+        BodyFormat::Json,
     )
     .await
     .map_err(|e| failure(format!("cannot start the simulated fleet: {e}")))?;
@@ -152,6 +174,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
     println!("  Web UI       http://{api}/   (first visit: the setup code below, then the admin password)");
     println!("  Plan         http://{api}/status   (the {DEMO_POOL} pool's stretched plan)");
     println!("  Metrics      http://{metrics}/metrics");
+    println!("  Values       http://{metrics}/values   (pve-lab and meraki-org, from the shipped presets)");
     match &args.sink {
         Some(url) => println!("  Events       shipped to {url} (Settings → Event sink shows the state)"),
         None => println!("  Events       off; run with --sink URL to ship them to a receiver"),
