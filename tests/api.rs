@@ -436,31 +436,8 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
     let text = r.text().await.unwrap_or_default();
     assert!(!text.contains("# HELP"), "metrics leaked on the API listener");
 
-    promtool_check(&body);
+    promtool::check_metrics(&body);
     app.stop().await;
-}
-
-/// `promtool check metrics` accepts `body`.
-fn promtool_check(body: &str) {
-    let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool is installed (Debian package `prometheus`)");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(body.as_bytes()).expect("write");
-    }
-    let out = child.wait_with_output().expect("promtool runs");
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// GET with the test token, answering (status, `Allow`, parsed JSON body).
@@ -783,7 +760,7 @@ async fn values_and_the_data_api_serve_the_latest_answers_without_calling_the_ta
     assert_eq!(status, 200);
     assert!(all.contains("fleet_up{instance=\"a\",name=\"a\"} 1\n"), "{all}");
     assert_eq!(all.matches("# HELP fleet_up").count(), 1, "{all}");
-    promtool_check(&all);
+    promtool::check_metrics(&all);
     let metrics = app.metrics().await;
     assert!(
         metrics.contains("pollster_values_errors_total{group=\"probe\",metric=\"fleet_requests_total\",reason=\"missing\",type=\"valued\"}"),

@@ -5,9 +5,10 @@
 //! is skipped, every metric gives samples, and `promtool check metrics`
 //! accepts the exposition.
 
+#[path = "common/promtool.rs"]
+mod promtool;
+
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 use pollster::fleet::sim::{self, SimApi};
 use pollster::model::TypeDef;
@@ -159,38 +160,6 @@ fn complete(name: &str, r: &Run, quiet: &[&str]) {
     }
 }
 
-/// `promtool check metrics` on the text; without promtool the check is
-/// skipped, unless CI=true (then promtool must be there).
-fn promtool_accepts(text: &str) {
-    let child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let Ok(mut child) = child else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but promtool is not on PATH"
-        );
-        println!("note: promtool is not on PATH; the exposition was not checked with it");
-        return;
-    };
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write to promtool");
-    let out = child.wait_with_output().expect("promtool runs");
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn meraki() {
     let r = run(SimApi::Meraki, "meraki");
@@ -306,7 +275,7 @@ fn meraki() {
         )),
         1.0
     );
-    promtool_accepts(&r.exposition());
+    promtool::check_metrics(&r.exposition());
 }
 
 #[test]
@@ -369,7 +338,7 @@ fn pbs() {
         r.get("pbs_subscription_info{level=\"c\",next_due_date=\"2027-03-01\",status=\"active\"}"),
         1.0
     );
-    promtool_accepts(&r.exposition());
+    promtool::check_metrics(&r.exposition());
 }
 
 #[test]
@@ -409,5 +378,5 @@ fn pmg() {
         r.get("pmg_node_memory_total_bytes{node=\"pmg1\"}"),
         8.0 * 1024f64.powi(3)
     );
-    promtool_accepts(&r.exposition());
+    promtool::check_metrics(&r.exposition());
 }

@@ -1,9 +1,11 @@
 //! `pollster values`: a group's value rules run offline on a saved body, the
 //! exact exposition printed, and the exit codes of what can go wrong.
 
-use std::io::Write;
+#[path = "common/promtool.rs"]
+mod promtool;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_pollster");
 
@@ -47,33 +49,6 @@ fn values(config: &str, ty: &str, group: &str, body: &str, item: Option<&str>) -
         args.extend(["--item", i]);
     }
     run(&args)
-}
-
-/// `promtool check metrics` on the text, when promtool is installed.
-fn promtool_accepts(text: &str) {
-    let child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let Ok(mut child) = child else {
-        println!("note: promtool is not on PATH; the exposition was not checked with it");
-        return;
-    };
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write to promtool");
-    let out = child.wait_with_output().expect("promtool runs");
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 const RESOURCES: &str = "\
@@ -123,7 +98,7 @@ fn a_group_s_rules_print_the_exact_exposition_and_skips_on_stderr() {
     assert_eq!(out, RESOURCES);
     // qemu/102's cpu is "n/a": skipped and counted, the run still succeeds.
     assert_eq!(err, "skipped: pve_cpu_usage_ratio not_number 1\n");
-    promtool_accepts(&out);
+    promtool::check_metrics(&out);
 }
 
 #[test]
@@ -146,7 +121,7 @@ fn item_is_the_fan_out_item() {
          pve_node_memory_used_bytes{node=\"pve1\"} 4294967296\n"
     );
     assert_eq!(err, "");
-    promtool_accepts(&out);
+    promtool::check_metrics(&out);
 
     // A body the rules find nothing in: no sample, each metric said so.
     let dir = tempfile::tempdir().expect("tempdir");

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod port;
+pub mod promtool;
 pub mod webdriver;
 
 pub use port::free_port;
