@@ -10,6 +10,8 @@
 //! failing) for a quarter of every 120 ticks; readings, utilization and
 //! latency drift slowly with `tick`.
 
+use super::{round, wave};
+
 use serde_json::{Value, json};
 
 /// A network of the organization: id, name, product types.
@@ -183,19 +185,6 @@ fn status(i: usize, tick: u64) -> &'static str {
 /// A MAC address derived from the device's index.
 fn mac(i: usize) -> String {
     format!("e0:55:3d:10:{:02x}:{:02x}", i * 7 % 256, 0x20 + i)
-}
-
-/// A slow triangle wave between 0 and `span` over `period` ticks.
-fn wave(tick: u64, period: u64, span: f64) -> f64 {
-    let p = (tick % period) as f64 / period as f64;
-    let tri = if p < 0.5 { p * 2.0 } else { (1.0 - p) * 2.0 };
-    tri * span
-}
-
-/// Rounds to `places` decimals, so bodies carry plausible figures.
-fn round(x: f64, places: i32) -> f64 {
-    let m = 10f64.powi(places);
-    (x * m).round() / m
 }
 
 /// An ISO-8601 timestamp `tick` minutes after a fixed start.

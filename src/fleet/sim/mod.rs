@@ -47,3 +47,16 @@ pub fn answer(api: SimApi, path: &str, query: &str, tick: u64) -> Option<serde_j
         SimApi::Pmg => pmg::answer(path, query, tick),
     }
 }
+
+/// A slow triangle wave between 0 and `span` over `period` ticks.
+fn wave(tick: u64, period: u64, span: f64) -> f64 {
+    let p = (tick % period) as f64 / period as f64;
+    let tri = if p < 0.5 { p * 2.0 } else { (1.0 - p) * 2.0 };
+    tri * span
+}
+
+/// Rounds to `places` decimals, so bodies carry plausible figures.
+fn round(x: f64, places: i32) -> f64 {
+    let m = 10f64.powi(places);
+    (x * m).round() / m
+}

@@ -7,6 +7,8 @@
 //! Usage grows slowly with `tick` (a few MiB per tick) and drops when a
 //! garbage collection frees chunks every 1,440 ticks; load and memory drift.
 
+use super::{round, wave};
+
 use serde_json::{Value, json};
 
 const GIB: u64 = 1024 * 1024 * 1024;
@@ -46,18 +48,6 @@ fn store(name: &str) -> Option<&'static Store> {
 fn used(s: &Store, tick: u64) -> u64 {
     let days = tick / 1440;
     s.used0 + days * 1440 * s.growth / 5 + (tick % 1440) * s.growth
-}
-
-/// A slow triangle wave between 0 and `span` over `period` ticks.
-fn wave(tick: u64, period: u64, span: f64) -> f64 {
-    let p = (tick % period) as f64 / period as f64;
-    let tri = if p < 0.5 { p * 2.0 } else { (1.0 - p) * 2.0 };
-    tri * span
-}
-
-fn round(x: f64, places: i32) -> f64 {
-    let m = 10f64.powi(places);
-    (x * m).round() / m
 }
 
 fn now(tick: u64) -> u64 {

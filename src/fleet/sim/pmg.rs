@@ -7,6 +7,8 @@
 //! Counters follow a daily rhythm of `tick` (one tick a minute); the
 //! deferred queue of `pmg2` swells for a while every 240 ticks.
 
+use super::{round, wave};
+
 use serde_json::{Value, json};
 
 const MIB: u64 = 1024 * 1024;
@@ -15,18 +17,6 @@ const GIB: u64 = 1024 * MIB;
 const EPOCH: u64 = 1_796_083_200;
 
 const NODES: [&str; 2] = ["pmg1", "pmg2"];
-
-/// A slow triangle wave between 0 and `span` over `period` ticks.
-fn wave(tick: u64, period: u64, span: f64) -> f64 {
-    let p = (tick % period) as f64 / period as f64;
-    let tri = if p < 0.5 { p * 2.0 } else { (1.0 - p) * 2.0 };
-    tri * span
-}
-
-fn round(x: f64, places: i32) -> f64 {
-    let m = 10f64.powi(places);
-    (x * m).round() / m
-}
 
 fn now(tick: u64) -> u64 {
     EPOCH + tick * 60
