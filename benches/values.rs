@@ -30,7 +30,7 @@ use std::time::Duration;
 const GUESTS: usize = 1_000;
 const NODES: usize = 3;
 const STORAGES: usize = 10;
-/// Well above the samples the rules make of one body (≈ 14,000), so none
+/// Well above the samples the rules make of one body (15,018), so none
 /// is dropped for the limit.
 const MAX_SERIES: usize = 100_000;
 
