@@ -4,6 +4,8 @@
 #
 #   bench/compare.sh [--instances N] [--interval 1s] [--warmup 15s] [--seconds 30]
 #                    [--only floor,pollster,prometheus] [--workers 64]
+#   bench/compare.sh --only floor,pollster,pollster-values --values 10
+#                    (Pollster again with 10 value rules; the fleet then answers JSON)
 #
 # Needs Debian's `prometheus` package (apt-get install prometheus) for the
 # Prometheus run. Prints a markdown table: CPU seconds per 1,000 polls, RSS,

@@ -7,7 +7,16 @@
 //!
 //! ```text
 //! compare --instances 10000 --interval 1s --warmup 15s --seconds 30
+//! compare --instances 10000 --interval 1s --only floor,pollster,pollster-values --values 10
 //! ```
+//!
+//! `pollster-values` is Pollster again, with `--values` value rules in its
+//! group: each reads `/status` of the fleet's JSON answer
+//! (`{"instance":NAME,"status":"ok"}`, `map = { ok = 1 }`), with the
+//! instance name as a label, so every poll parses the body and makes
+//! `--values` samples. With it the fleet answers JSON instead of the
+//! Prometheus text format (for every client of the run, so `pollster` and
+//! `pollster-values` poll the same bytes), and Prometheus cannot be run.
 //!
 //! For each client, after `--warmup`, over `--seconds`:
 //! * polls: requests the fleet answered (its `/_control/stats` hit count), so
@@ -48,9 +57,13 @@ struct Args {
     warmup: Duration,
     #[arg(long, default_value_t = 30)]
     seconds: u64,
-    /// Which clients to run, in order: floor, pollster, prometheus.
+    /// Which clients to run, in order: floor, pollster, pollster-values,
+    /// prometheus.
     #[arg(long, value_delimiter = ',', default_value = "floor,pollster,prometheus")]
     only: Vec<String>,
+    /// Value rules (one sample each) in the group of `pollster-values`.
+    #[arg(long, default_value_t = 10)]
+    values: usize,
     /// `scheduler.workers` of Pollster.
     #[arg(long, default_value_t = 64)]
     workers: usize,
@@ -97,16 +110,26 @@ fn main() {
             .expect("examples/ has a parent directory")
             .to_path_buf()
     });
-    let fleet = Fleet::spawn(&bin_dir.join("pollster-fleet"), args.instances);
+    let json = args.only.iter().any(|c| c == "pollster-values");
+    assert!(
+        !(json && args.only.iter().any(|c| c == "prometheus")),
+        "pollster-values needs the fleet's JSON answers, which Prometheus cannot scrape: run them separately"
+    );
+    let fleet = Fleet::spawn(
+        &bin_dir.join("pollster-fleet"),
+        args.instances,
+        if json { "json" } else { "prometheus" },
+    );
     eprintln!("fleet: {} instances on {}", args.instances, fleet.addr);
     let mut rows = Vec::new();
     for client in &args.only {
         let scratch = tempfile::tempdir().expect("a scratch directory");
         let row = match client.as_str() {
             "floor" => run_floor(&args, &bin_dir, &fleet),
-            "pollster" => run_pollster(&args, &bin_dir, &fleet, scratch.path()),
+            "pollster" => run_pollster(&args, &bin_dir, &fleet, scratch.path(), 0),
+            "pollster-values" => run_pollster(&args, &bin_dir, &fleet, scratch.path(), args.values),
             "prometheus" => run_prometheus(&args, &fleet, scratch.path()),
-            other => panic!("unknown client {other:?} (floor, pollster, prometheus)"),
+            other => panic!("unknown client {other:?} (floor, pollster, pollster-values, prometheus)"),
         };
         eprintln!("{row:?}");
         rows.push(row);
@@ -114,6 +137,18 @@ fn main() {
         std::thread::sleep(Duration::from_secs(2));
     }
     print!("{}", table(&args, &rows));
+    let per_k = |client: &str| {
+        rows.iter()
+            .find(|r| r.client == client)
+            .map(|r| r.cpu / (r.polls as f64 / 1000.0))
+    };
+    if let (Some(with), Some(without)) = (per_k("pollster-values"), per_k("pollster")) {
+        println!(
+            "\nCPU per poll with {} value rules: {:.2}× without",
+            args.values,
+            with / without
+        );
+    }
 }
 
 fn table(args: &Args, rows: &[Row]) -> String {
@@ -236,7 +271,9 @@ fn run_floor(args: &Args, bin_dir: &Path, fleet: &Fleet) -> Row {
     }
 }
 
-fn run_pollster(args: &Args, bin_dir: &Path, fleet: &Fleet, dir: &Path) -> Row {
+/// `values`: value rules in the group (0 for none), each giving one sample
+/// per poll.
+fn run_pollster(args: &Args, bin_dir: &Path, fleet: &Fleet, dir: &Path, values: usize) -> Row {
     let (api, metrics) = (free_port(), free_port());
     let floor = humantime::format_duration(args.interval).to_string();
     let mut config = format!(
@@ -246,6 +283,13 @@ fn run_pollster(args: &Args, bin_dir: &Path, fleet: &Fleet, dir: &Path) -> Row {
         dir.join("data").display(),
         args.workers,
     );
+    for v in 0..values {
+        let _ = write!(
+            config,
+            "\n[[types.groups.values]]\nmetric = \"bench_status_{v}\"\nhelp = \"Benchmark value {v}\"\n\
+             value = \"/status\"\nlabels = {{ name = \"/instance\" }}\nmap = {{ ok = 1 }}\n"
+        );
+    }
     for i in 0..args.instances {
         let name = pollster::fleet::instance_name(i);
         let _ = write!(
@@ -302,6 +346,19 @@ fn run_pollster(args: &Args, bin_dir: &Path, fleet: &Fleet, dir: &Path) -> Row {
     let rss = rss_bytes(pid);
     let after = lateness_buckets(&http_get(metrics_addr, "/metrics"));
     let q = |q| quantile(&before, &after, q) * 1e3;
+    if values > 0 {
+        // Outside the window: the rules did make their samples.
+        let started = Instant::now();
+        let text = http_get(metrics_addr, "/values");
+        let samples = text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
+        println!(
+            "pollster-values: /values has {samples} samples ({} expected: {} instances × {values} rules), {:.1} MB, {:.0} ms",
+            args.instances * values,
+            args.instances,
+            text.len() as f64 / 1e6,
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
     let mut child = child;
     for i in 0..args.restarts {
         let _ = child.0.kill();
@@ -329,7 +386,13 @@ fn run_pollster(args: &Args, bin_dir: &Path, fleet: &Fleet, dir: &Path) -> Row {
     }
     Row {
         rss,
-        ..row("pollster", &a, &b, pid, (q(0.50), q(0.99)))
+        ..row(
+            if values > 0 { "pollster-values" } else { "pollster" },
+            &a,
+            &b,
+            pid,
+            (q(0.50), q(0.99)),
+        )
     }
 }
 
@@ -480,10 +543,11 @@ struct Fleet {
 }
 
 impl Fleet {
-    fn spawn(bin: &Path, count: usize) -> Fleet {
+    /// `body`: `prometheus` or `json`.
+    fn spawn(bin: &Path, count: usize, body: &str) -> Fleet {
         let mut child = Command::new(bin)
             .args(["--count", &count.to_string(), "--mix", "healthy=100"])
-            .args(["--bind", "127.0.0.1:0", "--threads", "1", "--body", "prometheus"])
+            .args(["--bind", "127.0.0.1:0", "--threads", "1", "--body", body])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

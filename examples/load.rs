@@ -62,6 +62,10 @@ struct Args {
     /// Render /metrics as a scrape does (once in idle mode, every 15 s else).
     #[arg(long)]
     scrape: bool,
+    /// Value rules in the group, each making one sample of the fleet's
+    /// answer (`/status` mapped ok = 1, the instance name as a label).
+    #[arg(long, default_value_t = 0)]
+    values: usize,
 }
 
 fn main() {
@@ -196,7 +200,15 @@ fn config(args: &Args, fleet: SocketAddr, data_dir: &std::path::Path) -> pollste
     c.monitoring_file.scheduler.workers = args.workers;
     // Written as config-file JSON so fields added later take their defaults.
     let floor = pollster::model::duration_str::format(args.interval);
-    let ty = json!({"name": "bench", "groups": [{"name": "probe", "priority": 1, "floor": floor}]});
+    let values: Vec<_> = (0..args.values)
+        .map(|v| {
+            json!({"metric": format!("bench_status_{v}"), "value": "/status",
+                   "labels": {"name": "/instance"}, "map": {"ok": 1}})
+        })
+        .collect();
+    let ty = json!({"name": "bench", "groups": [
+        {"name": "probe", "priority": 1, "floor": floor, "values": values}
+    ]});
     c.types
         .push(serde_json::from_value::<TypeDef>(ty).expect("a valid type"));
     c.instances = (0..args.instances)
