@@ -4,9 +4,10 @@
 //! fails the poll. A missing label never skips a sample (it takes the
 //! rule's default, else the empty label).
 
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHasher};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use super::rule::{MetricKind, Rule, ValueSource};
@@ -59,8 +60,41 @@ impl SkipReason {
     }
 }
 
-/// A series: its metric and labels.
-type SeriesKey = (Arc<str>, Vec<(Arc<str>, String)>);
+/// The series made so far, to find a duplicate without copying labels: a
+/// table from a series' 64-bit hash to the first sample with that hash,
+/// and the rare samples whose hash another series already had.
+#[derive(Debug, Default)]
+struct Seen {
+    by_hash: FxHashMap<u64, u32>,
+    collided: Vec<u32>,
+}
+
+impl Seen {
+    /// Records `samples[at]`, which is being added, unless an earlier
+    /// sample is the same series: then `false`.
+    fn insert(&mut self, samples: &[Sample], metric: &str, labels: &[(Arc<str>, String)], at: usize) -> bool {
+        let same = |i: u32| {
+            let s = &samples[i as usize];
+            *s.metric == *metric && s.labels == labels
+        };
+        let mut h = FxHasher::default();
+        metric.hash(&mut h);
+        labels.hash(&mut h);
+        match self.by_hash.entry(h.finish()) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(at as u32);
+                true
+            }
+            std::collections::hash_map::Entry::Occupied(o) => {
+                if same(*o.get()) || self.collided.iter().any(|i| same(*i)) {
+                    return false;
+                }
+                self.collided.push(at as u32);
+                true
+            }
+        }
+    }
+}
 
 /// What a group's rules made of one body.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -99,7 +133,7 @@ pub fn extract(rules: &[Rule], body: &Value, item: Option<&str>, max_series: usi
 #[derive(Debug)]
 pub struct Extractor {
     out: Extraction,
-    seen: FxHashSet<SeriesKey>,
+    seen: Seen,
     max_series: usize,
 }
 
@@ -107,7 +141,7 @@ impl Extractor {
     pub fn new(max_series: usize) -> Self {
         Extractor {
             out: Extraction::default(),
-            seen: FxHashSet::default(),
+            seen: Seen::default(),
             max_series,
         }
     }
@@ -124,34 +158,36 @@ impl Extractor {
     }
 }
 
-fn run_rule(
-    rule: &Rule,
-    body: &Value,
-    item: Option<&str>,
-    max_series: usize,
-    seen: &mut FxHashSet<SeriesKey>,
-    out: &mut Extraction,
-) {
-    let mut elements: Vec<(Option<&str>, &Value)> = Vec::new();
-    match &rule.each {
-        None => elements.push((None, body)),
+fn run_rule(rule: &Rule, body: &Value, item: Option<&str>, max_series: usize, seen: &mut Seen, out: &mut Extraction) {
+    // The elements, without collecting them: most rules read one body or
+    // one array, and a poll runs every rule.
+    let (array, object): (&[Value], Option<&serde_json::Map<String, Value>>) = match &rule.each {
+        None => (std::slice::from_ref(body), None),
         Some(p) => match p.resolve(body) {
-            Some(Value::Array(items)) => elements.extend(items.iter().map(|v| (None, v))),
-            Some(Value::Object(map)) => elements.extend(map.iter().map(|(k, v)| (Some(k.as_str()), v))),
+            Some(Value::Array(items)) => (items.as_slice(), None),
+            Some(Value::Object(map)) => (&[], Some(map)),
             _ => {
                 out.skip(&rule.metric, SkipReason::Missing);
                 return;
             }
         },
-    }
-    elements.retain(|(_, element)| keep(rule, element));
+    };
+    let elements = array
+        .iter()
+        .map(|v| (None, v))
+        .chain(
+            object
+                .into_iter()
+                .flat_map(|m| m.iter().map(|(k, v)| (Some(k.as_str()), v))),
+        )
+        .filter(|(_, element)| keep(rule, element));
 
     let mut emit = |labels: Vec<(Arc<str>, String)>, value: f64, out: &mut Extraction| {
         if out.samples.len() >= max_series {
             out.skip(&rule.metric, SkipReason::Limit);
             return;
         }
-        if !seen.insert((rule.metric.clone(), labels.clone())) {
+        if !seen.insert(&out.samples, &rule.metric, &labels, out.samples.len()) {
             out.skip(&rule.metric, SkipReason::Duplicate);
             return;
         }
@@ -163,8 +199,9 @@ fn run_rule(
     };
 
     if rule.value == ValueSource::Count {
+        let n = elements.count();
         let labels = labels_of(rule, body, Context { key: None, item });
-        emit(labels, elements.len() as f64 * rule.scale, out);
+        emit(labels, n as f64 * rule.scale, out);
         return;
     }
     for (key, element) in elements {
