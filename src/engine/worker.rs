@@ -72,7 +72,14 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
     }
     // One lock for the common case: plan and apply together. A dead-letter
     // move is planned here and applied only after it is committed.
-    let (planned, wake) = {
+    let keeps_latest = result
+        .as_ref()
+        .is_ok_and(|ok| extracted.is_some() || ok.kept_body.is_some());
+    let stale_after = |s: &crate::core::Scheduler| {
+        s.get(&key)
+            .map(|t| crate::core::staleness::stale_after(s.interval_of(t)))
+    };
+    let (planned, wake, mut fresh_for) = {
         let mut s = shared.sched();
         let planned = match s.prepare_completion(&key, &result, now, &mut *lock(&shared.rng)) {
             Some(p) if !p.transition.must_commit() => {
@@ -87,7 +94,12 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
             Some(p) => Some(Err(p)),
             None => None,
         };
-        (planned, shared.must_wake_dispatcher(&s, &key))
+        // What the latest values need of the task, read under this lock.
+        let fresh_for = match &planned {
+            Some(Ok(_)) if keeps_latest => stale_after(&s),
+            _ => None,
+        };
+        (planned, shared.must_wake_dispatcher(&s, &key), fresh_for)
     };
     if wake {
         shared.poke();
@@ -109,14 +121,13 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
             shared.latest.park(&key);
         }
         if let Ok(ok) = &result
-            && (extracted.is_some() || ok.kept_body.is_some())
+            && keeps_latest
         {
-            let stale_after = {
-                let s = shared.sched();
-                s.get(&key)
-                    .map(|t| crate::core::staleness::stale_after(s.interval_of(t)))
-            };
-            if let Some(stale_after) = stale_after {
+            if fresh_for.is_none() {
+                // The completion was committed first (a dead letter left).
+                fresh_for = stale_after(&shared.sched());
+            }
+            if let Some(stale_after) = fresh_for {
                 shared.latest.record(
                     &key,
                     latest::Fresh {

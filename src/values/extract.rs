@@ -60,9 +60,10 @@ impl SkipReason {
     }
 }
 
-/// The series made so far, to find a duplicate without copying labels: a
-/// table from a series' 64-bit hash to the first sample with that hash,
-/// and the rare samples whose hash another series already had.
+/// The series made so far, to find a duplicate without copying labels.
+/// Up to [`Seen::SCAN`] samples a scan is cheapest; beyond, a table from a
+/// series' 64-bit hash to the first sample with that hash, and the rare
+/// samples whose hash another series already had.
 #[derive(Debug, Default)]
 struct Seen {
     by_hash: FxHashMap<u64, u32>,
@@ -70,23 +71,41 @@ struct Seen {
 }
 
 impl Seen {
-    /// Records `samples[at]`, which is being added, unless an earlier
-    /// sample is the same series: then `false`.
-    fn insert(&mut self, samples: &[Sample], metric: &str, labels: &[(Arc<str>, String)], at: usize) -> bool {
-        let same = |i: u32| {
-            let s = &samples[i as usize];
-            *s.metric == *metric && s.labels == labels
-        };
+    /// Samples below which duplicates are found by comparing with each.
+    const SCAN: usize = 16;
+
+    fn hash(metric: &str, labels: &[(Arc<str>, String)]) -> u64 {
         let mut h = FxHasher::default();
         metric.hash(&mut h);
         labels.hash(&mut h);
-        match self.by_hash.entry(h.finish()) {
+        h.finish()
+    }
+
+    /// Records `samples[at]`, which is being added, unless an earlier
+    /// sample is the same series: then `false`.
+    fn insert(&mut self, samples: &[Sample], metric: &Arc<str>, labels: &[(Arc<str>, String)], at: usize) -> bool {
+        let same = |s: &Sample| (Arc::ptr_eq(&s.metric, metric) || s.metric == *metric) && s.labels == labels;
+        if at < Self::SCAN {
+            return !samples[..at].iter().any(same);
+        }
+        if self.by_hash.is_empty() {
+            // Crossing the scan limit: index what is there.
+            for (i, s) in samples[..at].iter().enumerate() {
+                match self.by_hash.entry(Self::hash(&s.metric, &s.labels)) {
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(i as u32);
+                    }
+                    std::collections::hash_map::Entry::Occupied(_) => self.collided.push(i as u32),
+                }
+            }
+        }
+        match self.by_hash.entry(Self::hash(metric, labels)) {
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(at as u32);
                 true
             }
             std::collections::hash_map::Entry::Occupied(o) => {
-                if same(*o.get()) || self.collided.iter().any(|i| same(*i)) {
+                if same(&samples[*o.get() as usize]) || self.collided.iter().any(|i| same(&samples[*i as usize])) {
                     return false;
                 }
                 self.collided.push(at as u32);

@@ -330,3 +330,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn duplicates_are_found_below_and_above_the_scan_limit_and_across_items() {
+    // 40 elements, ids 0..20 twice: the second half are all duplicates,
+    // some found by the scan (the first 16 samples), the rest by the table.
+    let data: Vec<serde_json::Value> = (0..40).map(|i| json!({"id": i % 20, "v": i})).collect();
+    let r = compile("metric = \"m\"\neach = \"/data\"\nvalue = \"/v\"\nlabels = { id = \"/id\" }");
+    let x = extract(
+        std::slice::from_ref(&r),
+        &json!({ "data": data }),
+        None,
+        DEFAULT_MAX_SERIES,
+    );
+    assert_eq!(x.samples.len(), 20);
+    assert_eq!(x.skipped_for(SkipReason::Duplicate), 20);
+    // The first of each series is kept.
+    assert!(x.samples.iter().all(|s| s.value < 20.0), "{:?}", series(&x));
+    // One extraction over two fan-out items: the second item's series are
+    // duplicates unless `@item` tells them apart.
+    let body = json!({ "data": (0..20).map(|i| json!({"id": i, "v": i})).collect::<Vec<_>>() });
+    let mut e = Extractor::new(DEFAULT_MAX_SERIES);
+    e.feed(std::slice::from_ref(&r), &body, Some("n1"));
+    e.feed(std::slice::from_ref(&r), &body, Some("n2"));
+    let x = e.finish();
+    assert_eq!((x.samples.len(), x.skipped_for(SkipReason::Duplicate)), (20, 20));
+    let by_item =
+        compile("metric = \"m\"\neach = \"/data\"\nvalue = \"/v\"\nlabels = { id = \"/id\", node = \"@item\" }");
+    let mut e = Extractor::new(DEFAULT_MAX_SERIES);
+    e.feed(std::slice::from_ref(&by_item), &body, Some("n1"));
+    e.feed(std::slice::from_ref(&by_item), &body, Some("n2"));
+    let x = e.finish();
+    assert_eq!((x.samples.len(), x.skipped_for(SkipReason::Duplicate)), (40, 0));
+}
