@@ -5,9 +5,11 @@
 //! in the pure modules it calls (`core::aimd`, `core::solver`,
 //! `core::plan`). The clock arrives as arguments.
 
+use crate::core::Scheduler;
 use crate::core::aimd::{Aimd, AimdSettings, RateSignal};
 use crate::core::catalog::Catalog;
-use crate::core::plan::{self, PoolStatus, Shapes};
+use crate::core::plan::{self, PoolStatus, RunningIntervals, RunningTask, Shapes};
+use crate::core::solver::MIN_ADJUSTABLE_PRIORITY;
 use crate::model::{SchedulerMode, SchedulerSettings, ShapeUpdate, Timestamp};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,8 +21,28 @@ pub struct BudgetState {
     pub plans: BTreeMap<String, PoolStatus>,
     /// When the plans were last solved.
     pub solved_at: Timestamp,
+    /// The intervals priority 1/2 groups ran at when the plans were solved.
+    pub running: RunningIntervals,
     /// Warnings of the last solve, logged when they change.
     warnings: Vec<String>,
+}
+
+/// The intervals the priority 1/2 tasks of every pool run at now (tasks
+/// held off the schedule are left out).
+pub fn running_of(s: &Scheduler) -> RunningIntervals {
+    plan::running_intervals(
+        s.tasks()
+            .filter(|t| t.meta.hold.is_none() && t.meta.priority < MIN_ADJUSTABLE_PRIORITY)
+            .filter_map(|t| {
+                Some(RunningTask {
+                    pool: t.meta.pool.as_deref()?,
+                    type_name: &t.meta.type_name,
+                    group: &t.key.group,
+                    cost: t.meta.cost,
+                    interval: s.interval_of(t),
+                })
+            }),
+    )
 }
 
 pub fn aimd_settings(s: &SchedulerSettings) -> AimdSettings {
@@ -57,7 +79,9 @@ impl BudgetState {
             }
         }
         let effective: BTreeMap<String, f64> = self.aimd.iter().map(|(k, a)| (k.clone(), a.effective())).collect();
-        self.plans = plan::solve_all(cat, &self.shapes, s, &effective);
+        let plans = plan::solve_all(cat, &self.shapes, s, &effective, &self.running);
+        log_transitions(&self.plans, &plans);
+        self.plans = plans;
         for a in self.aimd.values_mut() {
             a.mark_solved();
         }
@@ -72,24 +96,6 @@ impl BudgetState {
                 tracing::warn!("{w}");
             }
             self.warnings = warnings;
-        }
-        for p in self.plans.values() {
-            if p.plan.over_budget {
-                let shed: Vec<String> = p
-                    .plan
-                    .groups
-                    .iter()
-                    .filter(|g| g.shed)
-                    .map(|g| format!("{}/{}", g.type_name, g.name))
-                    .collect();
-                tracing::debug!(
-                    pool = %p.name,
-                    demand_rps = p.plan.total_demand_rps,
-                    target_rps = p.plan.target_rps,
-                    shed = %shed.join(","),
-                    "pool over budget"
-                );
-            }
         }
     }
 
@@ -121,19 +127,66 @@ impl BudgetState {
         Some((signal, a.effective()))
     }
 
-    /// Additive recovery up to `now`. Returns the pools whose effective
-    /// budget changed (with the new value) and whether a re-solve is due.
+    /// Recovery up to `now` (fast while a pool sheds, see `core::aimd`).
+    /// Returns the pools whose effective budget changed (with the new
+    /// value) and whether a re-solve is due: a move past the hysteresis,
+    /// or shed groups that would fit again.
     pub fn tick(&mut self, now: Timestamp, s: &SchedulerSettings) -> (Vec<(String, f64)>, bool) {
         let aimd = aimd_settings(s);
         let mut changed = Vec::new();
         let mut resolve = false;
         for (name, a) in self.aimd.iter_mut() {
+            let plan = self.plans.get(name).map(|p| &p.plan);
+            let shedding = plan.is_some_and(|p| p.groups.iter().any(|g| g.shed));
             let before = a.effective();
-            resolve |= a.tick(now, &aimd);
+            resolve |= a.tick_shedding(now, &aimd, shedding);
+            if before < a.configured() && a.effective() >= a.configured() {
+                tracing::info!(pool = %name, budget_rps = a.configured(), "AIMD recovered: the pool is back at its budget");
+            }
             if a.effective() != before {
                 changed.push((name.clone(), a.effective()));
+                // Shed groups that would fit again are planned back in.
+                resolve |= plan.is_some_and(|p| p.could_shed_less(a.effective()));
             }
         }
         (changed, resolve)
+    }
+}
+
+/// The `type/group` names of a plan's shed groups.
+fn shed_groups(p: &PoolStatus) -> Vec<String> {
+    p.plan
+        .groups
+        .iter()
+        .filter(|g| g.shed)
+        .map(|g| format!("{}/{}", g.type_name, g.name))
+        .collect()
+}
+
+/// Log each pool's transitions between two solves once: going over budget
+/// and shedding (WARN), every group planned again (INFO).
+fn log_transitions(before: &BTreeMap<String, PoolStatus>, after: &BTreeMap<String, PoolStatus>) {
+    for (name, p) in after {
+        let (was_over, was_shed) = before
+            .get(name)
+            .map(|o| (o.plan.over_budget, shed_groups(o)))
+            .unwrap_or_default();
+        let shed = shed_groups(p);
+        let (demand_rps, target_rps) = (p.plan.total_demand_rps, p.plan.target_rps);
+        if p.plan.over_budget && !was_over {
+            tracing::warn!(
+                pool = %name,
+                demand_rps,
+                target_rps,
+                effective_budget_rps = p.plan.effective_budget_rps,
+                "pool over budget: its groups do not fit the target even at their longest intervals"
+            );
+        }
+        if !shed.is_empty() && shed != was_shed {
+            tracing::warn!(pool = %name, demand_rps, target_rps, groups = %shed.join(","), "pool shedding groups");
+        }
+        if (was_over || !was_shed.is_empty()) && !p.plan.over_budget && shed.is_empty() {
+            tracing::info!(pool = %name, demand_rps, target_rps, "pool restored: every group is planned again");
+        }
     }
 }

@@ -96,10 +96,17 @@ pub(super) async fn flush_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bo
 /// How often AIMD recovery is applied to the pools' token buckets.
 const AIMD_TICK: Duration = Duration::from_secs(1);
 
+/// How often the intervals priority 1/2 groups run at are compared with
+/// those the plan was solved with.
+const RUNNING_CHECK: Duration = Duration::from_secs(10);
+
 /// Keeps the plans current: AIMD recovery every second, a re-solve when the
 /// effective budget moved past the hysteresis (now, on a 429, or by
-/// recovery) and every `resolve_interval`.
+/// recovery), when shed groups would fit again, when a priority 1/2
+/// group's running demand moved past the hysteresis, and every
+/// `resolve_interval`.
 pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut running_checked = shared.now();
     loop {
         let mut due = false;
         tokio::select! {
@@ -119,9 +126,14 @@ pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<
             let mut s = shared.sched();
             for (pool, rate) in changed {
                 if let Some(b) = cat.budgets.iter().find(|b| b.name == pool) {
-                    s.set_pool(&pool, rate, b.burst, now);
+                    s.set_pool(&pool, rate, b.share_burst(), now);
                 }
             }
+        }
+        if !(due || resolve) && now.since(running_checked) >= RUNNING_CHECK {
+            running_checked = now;
+            let running = super::budget::running_of(&shared.sched());
+            due = crate::core::plan::running_moved(&lock(&shared.budgets).running, &running);
         }
         if due || resolve || now.since(solved_at) >= settings.resolve_interval {
             let mut none = HashMap::new();

@@ -247,14 +247,19 @@ impl Shared {
     pub fn reconcile(&self, now: Timestamp, stored: &mut HashMap<TaskKey, TaskRecord>, cold_start: bool) {
         let cat = self.catalog();
         let mut b = lock(&self.budgets);
-        let settings = self.sched().settings().scheduler.clone();
+        let (settings, running) = {
+            let s = self.sched();
+            (s.settings().scheduler.clone(), budget::running_of(&s))
+        };
+        b.running = running;
         b.resolve(&cat, &settings, now);
         let desired = plan::tasks(&cat, &settings, &b.plans, &b.shapes);
         let mut s = self.sched();
         for pool in &cat.budgets {
-            s.set_pool(&pool.name, b.effective_rps(&pool.name), pool.burst, now);
+            s.set_pool(&pool.name, b.effective_rps(&pool.name), pool.share_burst(), now);
             // Present at 0 from the start, so `increase()` sees the first 429.
             self.metrics.rate_limited.with_label_values(&[&pool.name]);
+            self.metrics.aimd_decreases.with_label_values(&[&pool.name]);
         }
         s.retain_pools(&|p: &str| cat.budgets.iter().any(|x| x.name == p));
         drop(b);
@@ -314,14 +319,26 @@ impl Shared {
         };
         let mut s = self.sched();
         if signal.decreased {
-            let burst = self.catalog().budgets.iter().find(|b| b.name == pool).map(|b| b.burst);
+            let burst = self
+                .catalog()
+                .budgets
+                .iter()
+                .find(|b| b.name == pool)
+                .map(|b| b.share_burst());
             if let Some(burst) = burst {
                 s.set_pool(pool, rate, burst, now);
             }
+            self.metrics.aimd_decreases.with_label_values(&[pool]).inc();
             tracing::warn!(
                 pool,
                 effective_budget_rps = rate,
-                "rate limited (HTTP 429): lowered the pool's budget"
+                "AIMD decrease: HTTP 429s recur; lowered the pool's budget"
+            );
+        } else if signal.lone {
+            tracing::info!(
+                pool,
+                paused_until = %signal.paused_until.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                "rate limited (a lone HTTP 429): paused the pool for its Retry-After; budget kept"
             );
         }
         if let Some(until) = signal.paused_until {

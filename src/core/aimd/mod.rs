@@ -14,8 +14,18 @@
 //!   recover.
 //! - `Retry-After` (parsed and capped at 60 s by the caller) pauses the pool until `now + retry_after`,
 //!   never shortening an existing pause; this applies even when AIMD is disabled.
+//! - **A lone 429 pauses, it does not halve.** A 429 that carries `Retry-After` and comes when the pool had
+//!   no 429 for [`AIMD_QUIET`] (5 min) only pauses the pool: the server said when to come back, and one
+//!   429 in a quiet pool is a burst that met someone else's burst, not a budget that is too high. The next
+//!   429 within [`AIMD_QUIET`] of it decreases as above (429s that recur are a budget that is too high).
 //! - Otherwise the budget recovers additively by `recovery_rps_per_minute` (default 0.1), continuously in
 //!   proportion to elapsed time, up to the configured budget and never above it.
+//! - **Fast recovery.** After a decrease that did not recur (no other decrease in the [`AIMD_QUIET`] before
+//!   it), while no further 429 arrives and the pool is shedding groups, the budget recovers faster: at the
+//!   rate that would win back, in [`FAST_RECOVERY`] (2 min), what the decrease took below
+//!   [`FAST_RECOVERY_CEILING`] (90 %) of the budget the 429 came at; never slower than
+//!   `recovery_rps_per_minute`, and only up to that 90 % (then the additive step again). A decrease that
+//!   recurs keeps the slow additive step.
 //! - CHOICE: recovery only starts once the 30 s cooldown after the last decrease has passed; time inside
 //!   the cooldown earns nothing. Recovery accrued since the last [`Aimd::tick`] is forfeited when a 429
 //!   causes a decrease (the 429 shows the pool was already too fast), which also guarantees that a 429
@@ -42,6 +52,13 @@ pub const RESOLVE_HYSTERESIS: f64 = 0.2;
 pub const DEFAULT_BACKOFF_MULTIPLIER: f64 = 0.5;
 /// Default additive recovery, in requests per second gained per minute.
 pub const DEFAULT_RECOVERY_RPS_PER_MINUTE: f64 = 0.1;
+/// A 429 with `Retry-After` this long after the previous 429 (or the first one) only pauses the pool; a
+/// decrease this soon after the previous decrease recurs (and recovers slowly).
+pub const AIMD_QUIET: Duration = Duration::from_secs(5 * 60);
+/// Fast recovery wins back what a decrease took in this time.
+pub const FAST_RECOVERY: Duration = Duration::from_secs(2 * 60);
+/// Fast recovery stops at this share of the budget the last decrease came at.
+pub const FAST_RECOVERY_CEILING: f64 = 0.9;
 
 /// Operator settings of the controller (shared by all pools).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -95,6 +112,19 @@ pub struct Aimd {
     solved_with: f64,
     /// Dispatch of this pool is paused until then (never shortened).
     paused_until: Option<Timestamp>,
+    /// The last 429, whatever it did.
+    last_429: Option<Timestamp>,
+    /// How the budget recovers since the last decrease.
+    recovery: Recovery,
+}
+
+/// How the budget recovers after a decrease.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Recovery {
+    /// The additive step only (no decrease yet, or decreases that recur).
+    Additive,
+    /// Faster while the pool sheds groups: `rps_per_minute` up to `until_rps`.
+    Fast { rps_per_minute: f64, until_rps: f64 },
 }
 
 /// What a 429 did to the pool.
@@ -106,6 +136,8 @@ pub struct RateSignal {
     pub paused_until: Option<Timestamp>,
     /// The effective budget moved by more than the hysteresis since the last solve: re-solve the plan.
     pub resolve: bool,
+    /// A lone 429 (with `Retry-After`, after a quiet spell): it paused the pool and did nothing else.
+    pub lone: bool,
 }
 
 fn sanitize_configured(rps: f64) -> f64 {
@@ -123,6 +155,8 @@ impl Aimd {
             last_tick: now,
             solved_with: configured,
             paused_until: None,
+            last_429: None,
+            recovery: Recovery::Additive,
         }
     }
 
@@ -149,12 +183,25 @@ impl Aimd {
             self.paused_until = Some(self.paused_until.map_or(until, |p| p.max(until)));
         }
         let mut decreased = false;
-        if s.enabled && !self.in_cooldown(now) {
+        let lone = retry_after.is_some() && self.last_429.is_none_or(|t| now.since(t) >= AIMD_QUIET);
+        self.last_429 = Some(now);
+        if s.enabled && !lone && !self.in_cooldown(now) {
             let before = self.effective;
             let backed_off = (before * s.multiplier()).max(self.floor());
             // `min(before)`: the floor can never raise the rate (e.g. configured 0.2 < AIMD_FLOOR_RPS).
             self.effective = backed_off.min(before).clamp(self.floor(), self.configured);
             decreased = self.effective < before;
+            let recurs = self.last_decrease.is_some_and(|d| now.since(d) < AIMD_QUIET);
+            self.recovery = if recurs {
+                Recovery::Additive
+            } else {
+                let until_rps = FAST_RECOVERY_CEILING * before;
+                let lost = (until_rps - self.effective).max(0.0);
+                Recovery::Fast {
+                    rps_per_minute: lost * 60.0 / FAST_RECOVERY.as_secs_f64(),
+                    until_rps,
+                }
+            };
             self.last_decrease = Some(now);
             // Recovery since the last tick is forfeited (see module docs).
             self.last_tick = self.last_tick.max(now);
@@ -163,6 +210,7 @@ impl Aimd {
             decreased,
             paused_until: self.paused_until(now),
             resolve: self.resolve_due(),
+            lone,
         }
     }
 
@@ -173,6 +221,12 @@ impl Aimd {
     /// Apply recovery from the last tick up to `now`. Returns true if a re-solve is due (the effective
     /// budget moved by more than [`RESOLVE_HYSTERESIS`] relative to [`Self::solved_with`]).
     pub fn tick(&mut self, now: Timestamp, s: &AimdSettings) -> bool {
+        self.tick_shedding(now, s, false)
+    }
+
+    /// [`Self::tick`] for a pool that sheds groups (`shedding`) or not: fast recovery applies only while
+    /// it does (see the module docs).
+    pub fn tick_shedding(&mut self, now: Timestamp, s: &AimdSettings, shedding: bool) -> bool {
         if !s.enabled {
             self.effective = self.configured;
         } else {
@@ -182,9 +236,22 @@ impl Aimd {
                 None => self.last_tick,
             };
             if now > start {
-                let gained = s.recovery_per_ms() * now.since(start).as_millis() as f64;
-                if gained > 0.0 {
-                    self.effective = (self.effective + gained).min(self.configured);
+                let ms = now.since(start).as_millis() as f64;
+                let additive = s.recovery_per_ms() * ms;
+                let mut next = self.effective + additive;
+                if let Recovery::Fast {
+                    rps_per_minute,
+                    until_rps,
+                } = self.recovery
+                    && shedding
+                    && self.effective < until_rps
+                {
+                    // Fast up to `until_rps`, never slower than the additive step.
+                    let fast = self.effective + rps_per_minute / 60_000.0 * ms;
+                    next = next.max(fast.min(until_rps));
+                }
+                if next > self.effective {
+                    self.effective = next.min(self.configured);
                 }
             }
         }
@@ -234,6 +301,16 @@ impl Aimd {
     /// The last 429 that applied a backoff (outside the cooldown), if any.
     pub fn last_decrease(&self) -> Option<Timestamp> {
         self.last_decrease
+    }
+
+    /// The last 429, whether it decreased the budget or only paused the pool.
+    pub fn last_429(&self) -> Option<Timestamp> {
+        self.last_429
+    }
+
+    /// How the budget recovers since the last decrease.
+    pub fn recovery(&self) -> Recovery {
+        self.recovery
     }
 }
 

@@ -258,8 +258,11 @@ fn values() -> TaskValues {
     }
 }
 
+/// A body fixture's JSON and the record it holds.
+type BodyFixture = (&'static [u8], fn() -> BodyRecord);
+
 /// A kept UTF-8 body, a kept binary one, and one too large to keep.
-const BODIES: [(&[u8], fn() -> BodyRecord); 3] = [
+const BODIES: [BodyFixture; 3] = [
     (
         br#"{"polled_at":1764480000000,"content_type":"application/json","size":11,"etag":"abc","text":"{\"data\":1}\n"}"#,
         || BodyRecord {
