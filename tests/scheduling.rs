@@ -11,7 +11,7 @@
 //!   interval, 2 min); the budget back to 90 % of the share within 5 min.
 //! - **B, sustained overload**: the other integration spends 6 rps. 429s
 //!   stop within 5 minutes; priority 1/2 tasks are never stale; the pool
-//!   sheds what it must.
+//!   sheds what it must. A restart under B causes no 429 storm.
 
 use pollster::app::Application;
 use pollster::config;
@@ -483,5 +483,33 @@ async fn under_sustained_overload_429s_stop_within_five_minutes_and_priority_1_a
     assert!(
         samples.iter().any(|s| s.over_budget),
         "the pool never said it was over budget"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_under_sustained_overload_resumes_aimd_without_a_429_storm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origin = Instant::now();
+    let api = OrgApi::new(origin, 6, None);
+    let e = Engine::start(dir.path(), origin, api.clone()).await;
+    run(&e, origin, 6 * 60).await;
+    let before = e.shared.pool_effective_rps(POOL);
+    e.stop().await;
+    let restarted_ms = (Instant::now() - origin).as_millis() as u64;
+    let e = Engine::start(dir.path(), origin, api.clone()).await;
+    let after = e.shared.pool_effective_rps(POOL);
+    let samples = run(&e, origin, 3 * 60).await;
+    e.stop().await;
+    let f = figures(&api.calls(), restarted_ms, restarted_ms + 3 * 60_000);
+    report("scenario B after a restart", &f, &samples);
+    assert!(
+        (after - before).abs() < 0.01 * SHARE_RPS,
+        "the effective budget was {before} rps before the restart and {after} rps after it"
+    );
+    assert!(
+        f.per_minute[0] <= 2,
+        "{} 429s in the first minute after the restart: {:?}",
+        f.per_minute[0],
+        f.limited_ms
     );
 }

@@ -6,7 +6,7 @@
 //! `core::plan`). The clock arrives as arguments.
 
 use crate::core::Scheduler;
-use crate::core::aimd::{Aimd, AimdSettings, RateSignal};
+use crate::core::aimd::{Aimd, AimdSettings, AimdState, RateSignal};
 use crate::core::catalog::Catalog;
 use crate::core::plan::{self, PoolStatus, RunningIntervals, RunningTask, Shapes};
 use crate::core::solver::MIN_ADJUSTABLE_PRIORITY;
@@ -23,6 +23,10 @@ pub struct BudgetState {
     pub solved_at: Timestamp,
     /// The intervals priority 1/2 groups ran at when the plans were solved.
     pub running: RunningIntervals,
+    /// AIMD states loaded at start, taken when their pool is first set up.
+    resumed: BTreeMap<String, AimdState>,
+    /// The AIMD states last saved.
+    saved: Vec<(String, AimdState)>,
     /// Warnings of the last solve, logged when they change.
     warnings: Vec<String>,
 }
@@ -64,12 +68,27 @@ impl BudgetState {
     pub fn resolve(&mut self, cat: &Catalog, s: &SchedulerSettings, now: Timestamp) {
         self.aimd.retain(|name, _| cat.budgets.iter().any(|b| &b.name == name));
         let aimd = aimd_settings(s);
+        let resumed = &mut self.resumed;
         for b in &cat.budgets {
             let configured = b.budget_rps();
             let a = self
                 .aimd
                 .entry(b.name.clone())
-                .or_insert_with(|| Aimd::new(configured, now));
+                .or_insert_with(|| match resumed.remove(&b.name) {
+                    Some(state) if aimd.enabled => {
+                        let a = Aimd::resume(configured, &state, now);
+                        if a.effective() < configured {
+                            tracing::info!(
+                                pool = %b.name,
+                                effective_budget_rps = a.effective(),
+                                budget_rps = configured,
+                                "AIMD resumed: the pool goes on below its budget, where it was before the restart"
+                            );
+                        }
+                        a
+                    }
+                    _ => Aimd::new(configured, now),
+                });
             if a.configured() != configured {
                 a.set_configured(configured, now);
             }
@@ -97,6 +116,36 @@ impl BudgetState {
             }
             self.warnings = warnings;
         }
+    }
+
+    /// AIMD states saved before a restart: each pool resumes from its own
+    /// when it is set up.
+    pub fn resume_aimd(&mut self, states: Vec<(String, AimdState)>) {
+        self.saved = states.clone();
+        self.resumed = states.into_iter().collect();
+    }
+
+    /// Every pool's AIMD state, when it moved since the last save: a pool
+    /// came or went, a 429 came, the recovery changed, or the effective
+    /// budget moved by more than 1 % of the budget. (Recovery moves it a
+    /// little every second; it is saved in those steps, and at shutdown.)
+    pub fn aimd_to_save(&self) -> Option<Vec<(String, AimdState)>> {
+        let now: Vec<(String, AimdState)> = self.aimd.iter().map(|(k, a)| (k.clone(), a.state())).collect();
+        let moved = now.len() != self.saved.len()
+            || now.iter().zip(&self.saved).any(|((pa, a), (pb, b))| {
+                pa != pb
+                    || a.last_decrease != b.last_decrease
+                    || a.last_429 != b.last_429
+                    || a.recovery != b.recovery
+                    || a.configured_rps != b.configured_rps
+                    || (a.effective_rps - b.effective_rps).abs() > 0.01 * a.configured_rps
+            });
+        moved.then_some(now)
+    }
+
+    /// `states` are saved.
+    pub fn aimd_saved(&mut self, states: Vec<(String, AimdState)>) {
+        self.saved = states;
     }
 
     /// Keep a learned shape; true when it differs from what was known.

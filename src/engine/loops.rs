@@ -90,6 +90,9 @@ pub(super) async fn flush_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bo
         if let Err(e) = shared.flush().await {
             tracing::error!(error = %e, "state flush failed; will retry");
         }
+        if let Err(e) = shared.save_aimd().await {
+            tracing::error!(error = %e, "saving the pools' AIMD state failed; will retry");
+        }
     }
 }
 

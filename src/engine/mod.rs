@@ -393,6 +393,20 @@ impl Engine {
         }
         let cold_start = records.is_empty();
         let mut stored: HashMap<TaskKey, TaskRecord> = records.into_iter().collect();
+        let store = shared.store.clone();
+        match tokio::task::spawn_blocking(move || store.load_aimd())
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))?
+        {
+            Ok((states, bad)) => {
+                for e in bad {
+                    tracing::warn!(error = %e, "skipping an unreadable AIMD state; that pool starts at its full budget");
+                }
+                lock(&shared.budgets).resume_aimd(states);
+            }
+            // Without it each pool starts at its full budget, as before.
+            Err(e) => tracing::error!(error = %e, "could not read the pools' AIMD state; starting at full budgets"),
+        }
         let now = shared.now();
         shared.reconcile(now, &mut stored, cold_start);
         let store = shared.store.clone();
@@ -482,6 +496,9 @@ impl Engine {
         match self.shared.flush().await {
             Ok(n) => tracing::info!(records = n, "state flushed"),
             Err(e) => tracing::error!(error = %e, "final state flush failed"),
+        }
+        if let Err(e) = self.shared.save_aimd().await {
+            tracing::error!(error = %e, "saving the pools' AIMD state failed");
         }
         // Last: nothing emits events any more. Ships what is queued,
         // stopping at the first failure.

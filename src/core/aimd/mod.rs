@@ -127,6 +127,22 @@ pub enum Recovery {
     Fast { rps_per_minute: f64, until_rps: f64 },
 }
 
+/// What of a pool's AIMD state outlives a restart: without it every restart
+/// would probe an overloaded API at the full budget again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AimdState {
+    /// The budget configured when it was saved (rps).
+    pub configured_rps: f64,
+    /// The budget in force (rps).
+    pub effective_rps: f64,
+    pub last_decrease: Option<Timestamp>,
+    pub last_429: Option<Timestamp>,
+    /// The recovery in progress.
+    pub recovery: Recovery,
+    /// Recovery was accounted up to here.
+    pub at: Timestamp,
+}
+
 /// What a 429 did to the pool.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateSignal {
@@ -157,6 +173,43 @@ impl Aimd {
             paused_until: None,
             last_429: None,
             recovery: Recovery::Additive,
+        }
+    }
+
+    /// A pool's controller resumed from its saved state, at `configured_rps` now configured: the saved
+    /// effective budget (within `[floor, configured]`; a budget changed meanwhile as
+    /// [`Self::set_configured`] takes it), the time of the last decrease and of the last 429, and the
+    /// recovery in progress. The time Pollster was stopped counts for recovery from `state.at`, as if it
+    /// had run: the first [`Self::tick`] credits it (the cooldown still applies).
+    pub fn resume(configured_rps: f64, state: &AimdState, now: Timestamp) -> Self {
+        let mut a = Aimd::new(state.configured_rps, now);
+        if state.effective_rps.is_finite() {
+            a.effective = state.effective_rps.clamp(a.floor(), a.configured);
+        }
+        a.last_decrease = state.last_decrease.filter(|&d| d <= now);
+        a.last_429 = state.last_429.filter(|&t| t <= now);
+        a.recovery = match state.recovery {
+            Recovery::Fast {
+                rps_per_minute,
+                until_rps,
+            } if rps_per_minute.is_finite() && until_rps.is_finite() && rps_per_minute >= 0.0 => state.recovery,
+            _ => Recovery::Additive,
+        };
+        a.last_tick = state.at.min(now);
+        a.set_configured(configured_rps, now);
+        a.solved_with = a.effective;
+        a
+    }
+
+    /// What to save of this controller (see [`AimdState`]).
+    pub fn state(&self) -> AimdState {
+        AimdState {
+            configured_rps: self.configured,
+            effective_rps: self.effective,
+            last_decrease: self.last_decrease,
+            last_429: self.last_429,
+            recovery: self.recovery,
+            at: self.last_tick,
         }
     }
 

@@ -197,6 +197,42 @@ fn a_decrease_that_recurs_recovers_at_the_additive_step_even_while_shedding() {
 }
 
 #[test]
+fn a_resumed_controller_goes_on_where_the_saved_one_stopped() {
+    let mut a = Aimd::new(8.0, ts(0));
+    a.on_rate_limited(secs(10), None, &S);
+    a.tick_shedding(secs(70), &S, true);
+    let saved = a.state();
+    assert_eq!(saved.effective_rps, a.effective());
+    assert_eq!(saved.at, secs(70));
+    // Restarted 30 s later: the same budget, decrease and recovery.
+    let mut b = Aimd::resume(8.0, &saved, secs(100));
+    assert_eq!(b.state(), saved);
+    assert_eq!((b.effective(), b.solved_with()), (a.effective(), a.effective()));
+    // The 30 s it was down count as they would have (here: fast, shedding).
+    a.tick_shedding(secs(100), &S, true);
+    b.tick_shedding(secs(100), &S, true);
+    assert!(close(a.effective(), b.effective()));
+    // A budget lowered meanwhile caps it; one raised leaves a backed-off pool where it was.
+    assert_eq!(Aimd::resume(3.0, &saved, secs(100)).effective(), 3.0);
+    assert_eq!(Aimd::resume(20.0, &saved, secs(100)).effective(), saved.effective_rps);
+    // Saved nonsense stays within [floor, configured]; times from the future are dropped.
+    let odd = AimdState {
+        effective_rps: f64::NAN,
+        last_decrease: Some(secs(1_000)),
+        recovery: Recovery::Fast {
+            rps_per_minute: f64::INFINITY,
+            until_rps: 1.0,
+        },
+        ..saved
+    };
+    let c = Aimd::resume(8.0, &odd, secs(100));
+    assert_eq!(
+        (c.effective(), c.last_decrease(), c.recovery()),
+        (8.0, None, Recovery::Additive)
+    );
+}
+
+#[test]
 fn retry_after_pauses_and_never_shortens() {
     let mut a = Aimd::new(10.0, ts(0));
     let sig = a.on_rate_limited(ts(0), Some(Duration::from_secs(10)), &S);
