@@ -11,6 +11,7 @@ use crate::core::catalog::Catalog;
 use crate::core::plan::{self, PoolStatus, RunningIntervals, RunningTask, Shapes};
 use crate::core::solver::MIN_ADJUSTABLE_PRIORITY;
 use crate::model::{SchedulerMode, SchedulerSettings, ShapeUpdate, Timestamp};
+use crate::sink::event::{PoolEvent, PoolTransition};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -23,6 +24,8 @@ pub struct BudgetState {
     pub solved_at: Timestamp,
     /// The intervals priority 1/2 groups ran at when the plans were solved.
     pub running: RunningIntervals,
+    /// Pool transitions not sent to the event sink yet.
+    pub events: Vec<PoolEvent>,
     /// AIMD states loaded at start, taken when their pool is first set up.
     resumed: BTreeMap<String, AimdState>,
     /// The AIMD states last saved.
@@ -99,7 +102,8 @@ impl BudgetState {
         }
         let effective: BTreeMap<String, f64> = self.aimd.iter().map(|(k, a)| (k.clone(), a.effective())).collect();
         let plans = plan::solve_all(cat, &self.shapes, s, &effective, &self.running);
-        log_transitions(&self.plans, &plans);
+        let events = log_transitions(&self.plans, &plans);
+        self.events.extend(events);
         self.plans = plans;
         for a in self.aimd.values_mut() {
             a.mark_solved();
@@ -191,6 +195,9 @@ impl BudgetState {
             resolve |= a.tick_shedding(now, &aimd, shedding);
             if before < a.configured() && a.effective() >= a.configured() {
                 tracing::info!(pool = %name, budget_rps = a.configured(), "AIMD recovered: the pool is back at its budget");
+                if let Some(p) = self.plans.get(name) {
+                    self.events.push(pool_event(p, PoolTransition::AimdRecovered));
+                }
             }
             if a.effective() != before {
                 changed.push((name.clone(), a.effective()));
@@ -212,9 +219,24 @@ fn shed_groups(p: &PoolStatus) -> Vec<String> {
         .collect()
 }
 
-/// Log each pool's transitions between two solves once: going over budget
-/// and shedding (WARN), every group planned again (INFO).
-fn log_transitions(before: &BTreeMap<String, PoolStatus>, after: &BTreeMap<String, PoolStatus>) {
+/// A pool event of `transition` for plan `p`.
+pub fn pool_event(p: &PoolStatus, transition: PoolTransition) -> PoolEvent {
+    PoolEvent {
+        pool: p.name.clone(),
+        transition,
+        demand_rps: p.plan.total_demand_rps,
+        target_rps: p.plan.target_rps,
+        effective_budget_rps: p.plan.effective_budget_rps,
+        budget_rps: p.plan.budget_rps,
+        groups: shed_groups(p),
+    }
+}
+
+/// Each pool's transitions between two solves, logged once (going over
+/// budget and shedding at WARN, every group planned again at INFO), as the
+/// events to send.
+fn log_transitions(before: &BTreeMap<String, PoolStatus>, after: &BTreeMap<String, PoolStatus>) -> Vec<PoolEvent> {
+    let mut events = Vec::new();
     for (name, p) in after {
         let (was_over, was_shed) = before
             .get(name)
@@ -230,12 +252,91 @@ fn log_transitions(before: &BTreeMap<String, PoolStatus>, after: &BTreeMap<Strin
                 effective_budget_rps = p.plan.effective_budget_rps,
                 "pool over budget: its groups do not fit the target even at their longest intervals"
             );
+            events.push(pool_event(p, PoolTransition::OverBudget));
         }
         if !shed.is_empty() && shed != was_shed {
             tracing::warn!(pool = %name, demand_rps, target_rps, groups = %shed.join(","), "pool shedding groups");
+            events.push(pool_event(p, PoolTransition::Shedding));
         }
         if (was_over || !was_shed.is_empty()) && !p.plan.over_budget && shed.is_empty() {
             tracing::info!(pool = %name, demand_rps, target_rps, "pool restored: every group is planned again");
+            events.push(pool_event(p, PoolTransition::Restored));
         }
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{BudgetConfig, GroupDef, InstanceConfig, Profile, TypeDef};
+
+    /// Issue #16's pool: 18 instances of status p1 (5 s), devices p2 (30 s),
+    /// health p3 (6 s) and inventory p4 (15 s) in one pool of 10 rps × 0.8.
+    fn catalog() -> Catalog {
+        let groups = [
+            ("status", 1, 5),
+            ("devices", 2, 30),
+            ("health", 3, 6),
+            ("inventory", 4, 15),
+        ]
+        .iter()
+        .map(|(n, p, f)| GroupDef::new(n, &format!("/{n}"), *p, Duration::from_secs(*f)))
+        .collect();
+        let mut cat = Catalog::new(
+            vec![TypeDef {
+                name: "net".into(),
+                groups,
+            }],
+            vec![BudgetConfig {
+                name: "org".into(),
+                requests_per_second: 10.0,
+                shared_fraction: 0.8,
+                burst: 10,
+            }],
+        );
+        for i in 0..18 {
+            let mut inst = InstanceConfig::new(&format!("net-{i:02}"), "net", "http://org.invalid/");
+            inst.budget = Some("org".into());
+            cat.insert(inst, true);
+        }
+        cat
+    }
+
+    #[test]
+    fn each_pool_transition_is_reported_once() {
+        let cat = catalog();
+        let s = SchedulerSettings {
+            profile: Some(Profile::Full),
+            ..SchedulerSettings::default()
+        };
+        let mut b = BudgetState::default();
+        let t = Timestamp(1_790_000_000_000);
+        b.resolve(&cat, &s, t);
+        assert!(b.events.is_empty(), "{:?}", b.events);
+        // 429s recur: 8 → 4 rps. p1/p2 at their floors (4.2 rps) are over the 2.8 rps target.
+        b.on_rate_limited("org", t, None, &s).expect("pool");
+        b.resolve(&cat, &s, t);
+        let kinds: Vec<PoolTransition> = b.events.drain(..).map(|e| e.transition).collect();
+        assert_eq!(kinds, [PoolTransition::OverBudget, PoolTransition::Shedding]);
+        b.resolve(&cat, &s, t);
+        assert!(b.events.is_empty(), "reported once: {:?}", b.events);
+        // Counted as they run (status at 10 s), p1/p2 need 2.4 rps: health still does not fit (shed, as
+        // before: nothing new to report).
+        b.running = plan::running_intervals((0..18).map(|_| RunningTask {
+            pool: "org",
+            type_name: "net",
+            group: "status",
+            cost: 1.0,
+            interval: Duration::from_secs(10),
+        }));
+        b.resolve(&cat, &s, t);
+        assert!(b.events.is_empty(), "{:?}", b.events);
+        // Back at the full budget: every group planned again.
+        b.aimd.insert("org".into(), Aimd::new(8.0, t));
+        b.resolve(&cat, &s, t);
+        let e = b.events.pop().expect("an event");
+        assert_eq!((e.transition, e.groups.len()), (PoolTransition::Restored, 0));
+        assert!(b.events.is_empty());
     }
 }

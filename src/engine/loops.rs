@@ -119,11 +119,14 @@ pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<
         }
         let now = shared.now();
         let settings = shared.sched().settings().scheduler.clone();
-        let (changed, resolve, solved_at) = {
+        let (changed, resolve, solved_at, events) = {
             let mut b = lock(&shared.budgets);
             let (changed, resolve) = b.tick(now, &settings);
-            (changed, resolve, b.solved_at)
+            (changed, resolve, b.solved_at, std::mem::take(&mut b.events))
         };
+        for e in events {
+            shared.sink.emit(&Event::pool(now, e));
+        }
         if !changed.is_empty() {
             let cat = shared.catalog();
             let mut s = shared.sched();

@@ -42,7 +42,9 @@ use crate::metrics::Metrics;
 use crate::model::{
     BreakerState, ErrorCategory, ErrorKind, MonitoringSettings, PollError, PollResult, TaskKey, TaskRecord, Timestamp,
 };
-use crate::sink::event::{BreakerEvent, DeadLetterAction, DeadLetterEvent, Event, PollEvent};
+use crate::sink::event::{
+    BreakerEvent, DeadLetterAction, DeadLetterEvent, Event, PollEvent, PoolEvent, PoolTransition,
+};
 use crate::sink::{Sink, SinkMetrics};
 use crate::store::{OutboxEvent, Store};
 use budget::BudgetState;
@@ -253,6 +255,7 @@ impl Shared {
         };
         b.running = running;
         b.resolve(&cat, &settings, now);
+        let events = std::mem::take(&mut b.events);
         let desired = plan::tasks(&cat, &settings, &b.plans, &b.shapes);
         let mut s = self.sched();
         for pool in &cat.budgets {
@@ -263,6 +266,9 @@ impl Shared {
         }
         s.retain_pools(&|p: &str| cat.budgets.iter().any(|x| x.name == p));
         drop(b);
+        for e in events {
+            self.sink.emit(&Event::pool(now, e));
+        }
         let keep: std::collections::HashSet<&TaskKey> = desired.iter().map(|(k, _)| k).collect();
         let gone: Vec<TaskKey> = s.tasks().map(|t| t.key.clone()).filter(|k| !keep.contains(k)).collect();
         for k in gone {
@@ -309,14 +315,21 @@ impl Shared {
     /// A 429 from a task of `pool`: AIMD lowers the pool's budget (at most
     /// once per cooldown) and `Retry-After` pauses the pool.
     fn rate_limited(&self, pool: &str, retry_after: Option<Duration>, now: Timestamp) {
-        let (signal, rate) = {
+        let (signal, rate, event) = {
             let mut b = lock(&self.budgets);
             let aimd = self.sched().settings().scheduler.clone();
-            match b.on_rate_limited(pool, now, retry_after, &aimd) {
-                Some(x) => x,
-                None => return,
-            }
+            let Some((signal, rate)) = b.on_rate_limited(pool, now, retry_after, &aimd) else {
+                return;
+            };
+            let event = b.plans.get(pool).filter(|_| signal.decreased).map(|p| PoolEvent {
+                effective_budget_rps: rate,
+                ..budget::pool_event(p, PoolTransition::AimdDecrease)
+            });
+            (signal, rate, event)
         };
+        if let Some(e) = event {
+            self.sink.emit(&Event::pool(now, e));
+        }
         let mut s = self.sched();
         if signal.decreased {
             let burst = self
