@@ -591,6 +591,12 @@ async fn a_429_on_the_live_appliance_pauses_the_pool_and_a_second_lowers_its_bud
     assert_eq!(pool["effective_budget_rps"], 50.0, "{pool:#}");
     assert!(pool["paused_until"].is_string(), "{pool:#}");
     assert_eq!(app.fleet.hits("limited"), 2);
+    // `/status` says since when, how fast it recovers and when the budget is back.
+    let page = app.get("/status").await.text().await.expect("page");
+    assert!(
+        page.contains("AIMD since ") && page.contains("full budget expected at "),
+        "{page}"
+    );
     // A 429 is not the instance's fault: no breaker, no dead letter.
     let h = app.health().await;
     assert!(h["breakers"].as_array().is_some_and(|b| b.is_empty()), "{h:#}");
@@ -601,5 +607,9 @@ async fn a_429_on_the_live_appliance_pauses_the_pool_and_a_second_lowers_its_bud
         "{metrics}"
     );
     assert!(metrics.contains("pollster_scheduler_effective_budget_rps{pool=\"api\"} 50"));
+    assert!(
+        metrics.contains("pollster_scheduler_aimd_decreases_total{pool=\"api\"} 1"),
+        "{metrics}"
+    );
     app.stop().await;
 }

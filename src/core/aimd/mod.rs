@@ -143,6 +143,18 @@ pub struct AimdState {
     pub at: Timestamp,
 }
 
+/// Where a backed-off pool stands: for the status page.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outlook {
+    /// The last decrease.
+    pub since: Timestamp,
+    /// How fast the budget recovers now (requests per second per minute; 0 during the cooldown).
+    pub rps_per_minute: f64,
+    /// When it would be back at the configured budget if no 429 comes and the pool keeps shedding (or
+    /// not) as now; `None` when it does not recover.
+    pub full_at: Option<Timestamp>,
+}
+
 /// What a 429 did to the pool.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateSignal {
@@ -199,6 +211,46 @@ impl Aimd {
         a.set_configured(configured_rps, now);
         a.solved_with = a.effective;
         a
+    }
+
+    /// Where the pool stands while AIMD holds it below its budget (`None` at the full budget, or when
+    /// AIMD is off). `shedding` as for [`Self::tick_shedding`].
+    pub fn outlook(&self, now: Timestamp, s: &AimdSettings, shedding: bool) -> Option<Outlook> {
+        let since = self.last_decrease?;
+        if !s.enabled || self.effective >= self.configured {
+            return None;
+        }
+        let additive = s.recovery_rps_per_minute.max(0.0);
+        let additive = if additive.is_finite() { additive } else { 0.0 };
+        let cooldown_ends = since.plus(AIMD_COOLDOWN);
+        let (fast, until) = match self.recovery {
+            Recovery::Fast {
+                rps_per_minute,
+                until_rps,
+            } if shedding && self.effective < until_rps => {
+                (rps_per_minute.max(additive), until_rps.min(self.configured))
+            }
+            _ => (additive, self.effective),
+        };
+        let rps_per_minute = if now < cooldown_ends { 0.0 } else { fast };
+        let minutes = |rps: f64, rate: f64| {
+            if rps <= 0.0 {
+                Some(0.0)
+            } else {
+                (rate > 0.0).then(|| rps / rate)
+            }
+        };
+        let full_at = minutes(until - self.effective, fast)
+            .zip(minutes(self.configured - until.max(self.effective), additive))
+            .map(|(a, b)| {
+                now.max(cooldown_ends)
+                    .plus(Duration::from_secs_f64(((a + b) * 60.0).min(1e9)))
+            });
+        Some(Outlook {
+            since,
+            rps_per_minute,
+            full_at,
+        })
     }
 
     /// What to save of this controller (see [`AimdState`]).

@@ -233,6 +233,30 @@ fn a_resumed_controller_goes_on_where_the_saved_one_stopped() {
 }
 
 #[test]
+fn the_outlook_says_since_when_how_fast_and_when_the_budget_is_back() {
+    let mut a = Aimd::new(10.0, ts(0));
+    assert_eq!(a.outlook(ts(0), &S, true), None, "at the full budget");
+    a.on_rate_limited(ts(0), None, &S);
+    // Shedding: 2 rps a minute to 9 (2 min after the cooldown), then 0.1 a minute to 10 (10 min more).
+    let o = a.outlook(secs(10), &S, true).expect("backed off");
+    assert_eq!((o.since, o.rps_per_minute), (ts(0), 0.0), "in the cooldown");
+    assert_eq!(o.full_at, Some(secs(30 + 120 + 600)));
+    let o = a.outlook(secs(40), &S, true).expect("backed off");
+    assert_eq!(o.rps_per_minute, 2.0);
+    // Not shedding: 0.1 a minute all the way (50 min).
+    let o = a.outlook(secs(40), &S, false).expect("backed off");
+    assert_eq!(o.rps_per_minute, 0.1);
+    assert_eq!(o.full_at, Some(secs(40 + 3000)));
+    // No recovery configured: never back.
+    let none = AimdSettings {
+        recovery_rps_per_minute: 0.0,
+        ..S
+    };
+    assert_eq!(a.outlook(secs(40), &none, false).and_then(|o| o.full_at), None);
+    assert_eq!(a.outlook(secs(40), &AimdSettings { enabled: false, ..S }, false), None);
+}
+
+#[test]
 fn retry_after_pauses_and_never_shortens() {
     let mut a = Aimd::new(10.0, ts(0));
     let sig = a.on_rate_limited(ts(0), Some(Duration::from_secs(10)), &S);
