@@ -35,6 +35,7 @@ fn pool(n: usize) -> Vec<GroupInput> {
                 gated: (r >> 32) % 10 != 0,
                 enabled: (r >> 40) % 50 != 0,
                 pin_s: if (r >> 48) % 20 == 0 { Some(floor_s * 2.0) } else { None },
+                running_interval_s: None,
             }
         })
         .collect()

@@ -242,7 +242,13 @@ fn over_budget(message: String) -> Failure {
 pub fn plan(file: &Path, format: PlanFormat) -> Result<String, Failure> {
     let c = load_config(Some(file))?;
     let (cat, settings) = config_plan(&c)?;
-    let pools = plan::solve_all(&cat, &Default::default(), &settings.scheduler, &Default::default());
+    let pools = plan::solve_all(
+        &cat,
+        &Default::default(),
+        &settings.scheduler,
+        &Default::default(),
+        &Default::default(),
+    );
     Ok(match format {
         PlanFormat::Table => plan_table(&pools),
         PlanFormat::Json => {

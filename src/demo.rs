@@ -209,7 +209,7 @@ mod tests {
         }
         let s = SchedulerSettings::default();
         assert_eq!(plan::gate(&cat, &Default::default(), &s), Ok(()));
-        let plans = plan::solve_all(&cat, &Default::default(), &s, &Default::default());
+        let plans = plan::solve_all(&cat, &Default::default(), &s, &Default::default(), &Default::default());
         let pool = &plans[DEMO_POOL].plan;
         assert!(!pool.over_budget);
         assert!(pool.total_demand_rps <= pool.target_rps);

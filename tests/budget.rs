@@ -535,14 +535,24 @@ async fn fan_out_polls_every_item_and_a_partial_success_counts_as_success() {
     app.stop().await;
 }
 
+/// The plan of pool `api` as `/api/monitoring/scheduler/groups` shows it.
+async fn api_pool(app: &TestApp) -> Value {
+    let plan = app.get_json("/api/monitoring/scheduler/groups").await;
+    plan["pools"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "api"))
+        .cloned()
+        .expect("pool api")
+}
+
 #[tokio::test]
-async fn a_429_on_the_live_appliance_lowers_the_pool_budget_and_pauses_it_without_a_breaker() {
+async fn a_429_on_the_live_appliance_pauses_the_pool_and_a_second_lowers_its_budget_without_a_breaker() {
     let app = TestApp::spawn_with(
         vec![(
             "limited",
             pollster::fleet::Behaviour::RateLimited {
                 per_second: 0,
-                retry_after_secs: 5,
+                retry_after_secs: 1,
             },
         )],
         &BTreeMap::new(),
@@ -558,34 +568,48 @@ async fn a_429_on_the_live_appliance_lowers_the_pool_budget_and_pauses_it_withou
     )
     .await;
     let start = std::time::Instant::now();
+    // The first 429 is lone: the pool is paused by its Retry-After, the budget stays.
     let pool = loop {
-        let plan = app.get_json("/api/monitoring/scheduler/groups").await;
-        let pool = plan["pools"]
-            .as_array()
-            .and_then(|p| p.iter().find(|p| p["name"] == "api"))
-            .cloned()
-            .expect("pool api");
+        let pool = api_pool(&app).await;
+        if pool["paused_until"].is_string() {
+            break pool;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no pause: {pool:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(pool["effective_budget_rps"], 100.0, "{pool:#}");
+    assert_eq!(app.fleet.hits("limited"), 1, "nothing is sent while the pool is paused");
+    // Its retry after the pause gets a 429 again: halved once, paused again.
+    let pool = loop {
+        let pool = api_pool(&app).await;
         if pool["effective_budget_rps"].as_f64().is_some_and(|e| e < 100.0) {
             break pool;
         }
         assert!(start.elapsed() < Duration::from_secs(10), "no AIMD move: {pool:#}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    // Halved once (the cooldown holds further 429s), and paused by Retry-After.
     assert_eq!(pool["effective_budget_rps"], 50.0, "{pool:#}");
     assert!(pool["paused_until"].is_string(), "{pool:#}");
-    // Only one request went out: the pool is paused for 5 s.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(app.fleet.hits("limited"), 1, "nothing is sent while the pool is paused");
+    assert_eq!(app.fleet.hits("limited"), 2);
+    // `/status` says since when, how fast it recovers and when the budget is back.
+    let page = app.get("/status").await.text().await.expect("page");
+    assert!(
+        page.contains("AIMD since ") && page.contains("full budget expected at "),
+        "{page}"
+    );
     // A 429 is not the instance's fault: no breaker, no dead letter.
     let h = app.health().await;
     assert!(h["breakers"].as_array().is_some_and(|b| b.is_empty()), "{h:#}");
     assert_eq!(h["deadLetter"]["count"], 0);
     let metrics = app.metrics().await;
     assert!(
-        metrics.contains("pollster_scheduler_rate_limited_total{pool=\"api\"} 1"),
+        metrics.contains("pollster_scheduler_rate_limited_total{pool=\"api\"} 2"),
         "{metrics}"
     );
     assert!(metrics.contains("pollster_scheduler_effective_budget_rps{pool=\"api\"} 50"));
+    assert!(
+        metrics.contains("pollster_scheduler_aimd_decreases_total{pool=\"api\"} 1"),
+        "{metrics}"
+    );
     app.stop().await;
 }

@@ -373,7 +373,7 @@ async fn the_breaker_opens_after_three_failures_and_its_half_open_probe_closes_i
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_429_pauses_the_pool_for_its_retry_after_and_halves_the_budget_once() {
+async fn a_lone_429_pauses_the_pool_and_a_second_one_halves_the_budget_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fetch = Arc::new(Scripted::default());
     let names = ["a", "b", "c"];
@@ -382,12 +382,20 @@ async fn a_429_pauses_the_pool_for_its_retry_after_and_halves_the_budget_once() 
     let before = e.shared.pool_effective_rps("api");
     assert_eq!(before, 4.0);
     fetch.set("a", Answer::RateLimited(Duration::from_secs(20)));
-    // Until a's next poll answers 429.
+    // Until a's next poll answers 429: a lone 429 pauses the pool, no more.
     let n = fetch.calls_of("a").len();
     while fetch.calls_of("a").len() == n {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let first_429 = *fetch.calls_of("a").last().expect("call");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(e.shared.pool_effective_rps("api"), 4.0, "a lone 429 only pauses");
+    // Its retry, after the pause, answers 429 again: the 429s recur.
+    while fetch.calls_of("a").len() == n + 1 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let limited_at = *fetch.calls_of("a").last().expect("call");
+    assert!(limited_at - first_429 >= Duration::from_secs(20), "the pool paused");
     fetch.set("a", Answer::Ok);
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(e.shared.pool_effective_rps("api"), 2.0, "halved");

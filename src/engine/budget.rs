@@ -5,10 +5,13 @@
 //! in the pure modules it calls (`core::aimd`, `core::solver`,
 //! `core::plan`). The clock arrives as arguments.
 
-use crate::core::aimd::{Aimd, AimdSettings, RateSignal};
+use crate::core::Scheduler;
+use crate::core::aimd::{Aimd, AimdSettings, AimdState, RateSignal};
 use crate::core::catalog::Catalog;
-use crate::core::plan::{self, PoolStatus, Shapes};
+use crate::core::plan::{self, PoolStatus, RunningIntervals, RunningTask, Shapes};
+use crate::core::solver::MIN_ADJUSTABLE_PRIORITY;
 use crate::model::{SchedulerMode, SchedulerSettings, ShapeUpdate, Timestamp};
+use crate::sink::event::{PoolEvent, PoolTransition};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -19,8 +22,34 @@ pub struct BudgetState {
     pub plans: BTreeMap<String, PoolStatus>,
     /// When the plans were last solved.
     pub solved_at: Timestamp,
+    /// The intervals priority 1/2 groups ran at when the plans were solved.
+    pub running: RunningIntervals,
+    /// Pool transitions not sent to the event sink yet.
+    pub events: Vec<PoolEvent>,
+    /// AIMD states loaded at start, taken when their pool is first set up.
+    resumed: BTreeMap<String, AimdState>,
+    /// The AIMD states last saved.
+    saved: Vec<(String, AimdState)>,
     /// Warnings of the last solve, logged when they change.
     warnings: Vec<String>,
+}
+
+/// The intervals the priority 1/2 tasks of every pool run at now (tasks
+/// held off the schedule are left out).
+pub fn running_of(s: &Scheduler) -> RunningIntervals {
+    plan::running_intervals(
+        s.tasks()
+            .filter(|t| t.meta.hold.is_none() && t.meta.priority < MIN_ADJUSTABLE_PRIORITY)
+            .filter_map(|t| {
+                Some(RunningTask {
+                    pool: t.meta.pool.as_deref()?,
+                    type_name: &t.meta.type_name,
+                    group: &t.key.group,
+                    cost: t.meta.cost,
+                    interval: s.interval_of(t),
+                })
+            }),
+    )
 }
 
 pub fn aimd_settings(s: &SchedulerSettings) -> AimdSettings {
@@ -42,12 +71,27 @@ impl BudgetState {
     pub fn resolve(&mut self, cat: &Catalog, s: &SchedulerSettings, now: Timestamp) {
         self.aimd.retain(|name, _| cat.budgets.iter().any(|b| &b.name == name));
         let aimd = aimd_settings(s);
+        let resumed = &mut self.resumed;
         for b in &cat.budgets {
             let configured = b.budget_rps();
             let a = self
                 .aimd
                 .entry(b.name.clone())
-                .or_insert_with(|| Aimd::new(configured, now));
+                .or_insert_with(|| match resumed.remove(&b.name) {
+                    Some(state) if aimd.enabled => {
+                        let a = Aimd::resume(configured, &state, now);
+                        if a.effective() < configured {
+                            tracing::info!(
+                                pool = %b.name,
+                                effective_budget_rps = a.effective(),
+                                budget_rps = configured,
+                                "AIMD resumed: the pool goes on below its budget, where it was before the restart"
+                            );
+                        }
+                        a
+                    }
+                    _ => Aimd::new(configured, now),
+                });
             if a.configured() != configured {
                 a.set_configured(configured, now);
             }
@@ -57,7 +101,10 @@ impl BudgetState {
             }
         }
         let effective: BTreeMap<String, f64> = self.aimd.iter().map(|(k, a)| (k.clone(), a.effective())).collect();
-        self.plans = plan::solve_all(cat, &self.shapes, s, &effective);
+        let plans = plan::solve_all(cat, &self.shapes, s, &effective, &self.running);
+        let events = log_transitions(&self.plans, &plans);
+        self.events.extend(events);
+        self.plans = plans;
         for a in self.aimd.values_mut() {
             a.mark_solved();
         }
@@ -73,24 +120,36 @@ impl BudgetState {
             }
             self.warnings = warnings;
         }
-        for p in self.plans.values() {
-            if p.plan.over_budget {
-                let shed: Vec<String> = p
-                    .plan
-                    .groups
-                    .iter()
-                    .filter(|g| g.shed)
-                    .map(|g| format!("{}/{}", g.type_name, g.name))
-                    .collect();
-                tracing::debug!(
-                    pool = %p.name,
-                    demand_rps = p.plan.total_demand_rps,
-                    target_rps = p.plan.target_rps,
-                    shed = %shed.join(","),
-                    "pool over budget"
-                );
-            }
-        }
+    }
+
+    /// AIMD states saved before a restart: each pool resumes from its own
+    /// when it is set up.
+    pub fn resume_aimd(&mut self, states: Vec<(String, AimdState)>) {
+        self.saved = states.clone();
+        self.resumed = states.into_iter().collect();
+    }
+
+    /// Every pool's AIMD state, when it moved since the last save: a pool
+    /// came or went, a 429 came, the recovery changed, or the effective
+    /// budget moved by more than 1 % of the budget. (Recovery moves it a
+    /// little every second; it is saved in those steps, and at shutdown.)
+    pub fn aimd_to_save(&self) -> Option<Vec<(String, AimdState)>> {
+        let now: Vec<(String, AimdState)> = self.aimd.iter().map(|(k, a)| (k.clone(), a.state())).collect();
+        let moved = now.len() != self.saved.len()
+            || now.iter().zip(&self.saved).any(|((pa, a), (pb, b))| {
+                pa != pb
+                    || a.last_decrease != b.last_decrease
+                    || a.last_429 != b.last_429
+                    || a.recovery != b.recovery
+                    || a.configured_rps != b.configured_rps
+                    || (a.effective_rps - b.effective_rps).abs() > 0.01 * a.configured_rps
+            });
+        moved.then_some(now)
+    }
+
+    /// `states` are saved.
+    pub fn aimd_saved(&mut self, states: Vec<(String, AimdState)>) {
+        self.saved = states;
     }
 
     /// Keep a learned shape; true when it differs from what was known.
@@ -121,19 +180,163 @@ impl BudgetState {
         Some((signal, a.effective()))
     }
 
-    /// Additive recovery up to `now`. Returns the pools whose effective
-    /// budget changed (with the new value) and whether a re-solve is due.
+    /// Recovery up to `now` (fast while a pool sheds, see `core::aimd`).
+    /// Returns the pools whose effective budget changed (with the new
+    /// value) and whether a re-solve is due: a move past the hysteresis,
+    /// or shed groups that would fit again.
     pub fn tick(&mut self, now: Timestamp, s: &SchedulerSettings) -> (Vec<(String, f64)>, bool) {
         let aimd = aimd_settings(s);
         let mut changed = Vec::new();
         let mut resolve = false;
         for (name, a) in self.aimd.iter_mut() {
+            let plan = self.plans.get(name).map(|p| &p.plan);
+            let shedding = plan.is_some_and(|p| p.groups.iter().any(|g| g.shed));
             let before = a.effective();
-            resolve |= a.tick(now, &aimd);
+            resolve |= a.tick_shedding(now, &aimd, shedding);
+            if before < a.configured() && a.effective() >= a.configured() {
+                tracing::info!(pool = %name, budget_rps = a.configured(), "AIMD recovered: the pool is back at its budget");
+                if let Some(p) = self.plans.get(name) {
+                    self.events.push(pool_event(p, PoolTransition::AimdRecovered));
+                }
+            }
             if a.effective() != before {
                 changed.push((name.clone(), a.effective()));
+                // Shed groups that would fit again are planned back in.
+                resolve |= plan.is_some_and(|p| p.could_shed_less(a.effective()));
             }
         }
         (changed, resolve)
+    }
+}
+
+/// The `type/group` names of a plan's shed groups.
+fn shed_groups(p: &PoolStatus) -> Vec<String> {
+    p.plan
+        .groups
+        .iter()
+        .filter(|g| g.shed)
+        .map(|g| format!("{}/{}", g.type_name, g.name))
+        .collect()
+}
+
+/// A pool event of `transition` for plan `p`.
+pub fn pool_event(p: &PoolStatus, transition: PoolTransition) -> PoolEvent {
+    PoolEvent {
+        pool: p.name.clone(),
+        transition,
+        demand_rps: p.plan.total_demand_rps,
+        target_rps: p.plan.target_rps,
+        effective_budget_rps: p.plan.effective_budget_rps,
+        budget_rps: p.plan.budget_rps,
+        groups: shed_groups(p),
+    }
+}
+
+/// Each pool's transitions between two solves, logged once (going over
+/// budget and shedding at WARN, every group planned again at INFO), as the
+/// events to send.
+fn log_transitions(before: &BTreeMap<String, PoolStatus>, after: &BTreeMap<String, PoolStatus>) -> Vec<PoolEvent> {
+    let mut events = Vec::new();
+    for (name, p) in after {
+        let (was_over, was_shed) = before
+            .get(name)
+            .map(|o| (o.plan.over_budget, shed_groups(o)))
+            .unwrap_or_default();
+        let shed = shed_groups(p);
+        let (demand_rps, target_rps) = (p.plan.total_demand_rps, p.plan.target_rps);
+        if p.plan.over_budget && !was_over {
+            tracing::warn!(
+                pool = %name,
+                demand_rps,
+                target_rps,
+                effective_budget_rps = p.plan.effective_budget_rps,
+                "pool over budget: its groups do not fit the target even at their longest intervals"
+            );
+            events.push(pool_event(p, PoolTransition::OverBudget));
+        }
+        if !shed.is_empty() && shed != was_shed {
+            tracing::warn!(pool = %name, demand_rps, target_rps, groups = %shed.join(","), "pool shedding groups");
+            events.push(pool_event(p, PoolTransition::Shedding));
+        }
+        if (was_over || !was_shed.is_empty()) && !p.plan.over_budget && shed.is_empty() {
+            tracing::info!(pool = %name, demand_rps, target_rps, "pool restored: every group is planned again");
+            events.push(pool_event(p, PoolTransition::Restored));
+        }
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{BudgetConfig, GroupDef, InstanceConfig, Profile, TypeDef};
+
+    /// Issue #16's pool: 18 instances of status p1 (5 s), devices p2 (30 s),
+    /// health p3 (6 s) and inventory p4 (15 s) in one pool of 10 rps × 0.8.
+    fn catalog() -> Catalog {
+        let groups = [
+            ("status", 1, 5),
+            ("devices", 2, 30),
+            ("health", 3, 6),
+            ("inventory", 4, 15),
+        ]
+        .iter()
+        .map(|(n, p, f)| GroupDef::new(n, &format!("/{n}"), *p, Duration::from_secs(*f)))
+        .collect();
+        let mut cat = Catalog::new(
+            vec![TypeDef {
+                name: "net".into(),
+                groups,
+            }],
+            vec![BudgetConfig {
+                name: "org".into(),
+                requests_per_second: 10.0,
+                shared_fraction: 0.8,
+                burst: 10,
+            }],
+        );
+        for i in 0..18 {
+            let mut inst = InstanceConfig::new(&format!("net-{i:02}"), "net", "http://org.invalid/");
+            inst.budget = Some("org".into());
+            cat.insert(inst, true);
+        }
+        cat
+    }
+
+    #[test]
+    fn each_pool_transition_is_reported_once() {
+        let cat = catalog();
+        let s = SchedulerSettings {
+            profile: Some(Profile::Full),
+            ..SchedulerSettings::default()
+        };
+        let mut b = BudgetState::default();
+        let t = Timestamp(1_790_000_000_000);
+        b.resolve(&cat, &s, t);
+        assert!(b.events.is_empty(), "{:?}", b.events);
+        // 429s recur: 8 → 4 rps. p1/p2 at their floors (4.2 rps) are over the 2.8 rps target.
+        b.on_rate_limited("org", t, None, &s).expect("pool");
+        b.resolve(&cat, &s, t);
+        let kinds: Vec<PoolTransition> = b.events.drain(..).map(|e| e.transition).collect();
+        assert_eq!(kinds, [PoolTransition::OverBudget, PoolTransition::Shedding]);
+        b.resolve(&cat, &s, t);
+        assert!(b.events.is_empty(), "reported once: {:?}", b.events);
+        // Counted as they run (status at 10 s), p1/p2 need 2.4 rps: health still does not fit (shed, as
+        // before: nothing new to report).
+        b.running = plan::running_intervals((0..18).map(|_| RunningTask {
+            pool: "org",
+            type_name: "net",
+            group: "status",
+            cost: 1.0,
+            interval: Duration::from_secs(10),
+        }));
+        b.resolve(&cat, &s, t);
+        assert!(b.events.is_empty(), "{:?}", b.events);
+        // Back at the full budget: every group planned again.
+        b.aimd.insert("org".into(), Aimd::new(8.0, t));
+        b.resolve(&cat, &s, t);
+        let e = b.events.pop().expect("an event");
+        assert_eq!((e.transition, e.groups.len()), (PoolTransition::Restored, 0));
+        assert!(b.events.is_empty());
     }
 }

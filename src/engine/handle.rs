@@ -196,6 +196,19 @@ impl Shared {
         b.aimd.iter().map(|(name, a)| (name.clone(), a.effective())).collect()
     }
 
+    /// Where each pool that AIMD holds below its budget stands at `now`.
+    pub fn aimd_outlook(&self, now: Timestamp) -> BTreeMap<String, crate::core::aimd::Outlook> {
+        let settings = super::budget::aimd_settings(&self.monitoring().scheduler);
+        let b = lock(&self.budgets);
+        b.aimd
+            .iter()
+            .filter_map(|(name, a)| {
+                let shedding = b.plans.get(name).is_some_and(|p| p.plan.groups.iter().any(|g| g.shed));
+                Some((name.clone(), a.outlook(now, &settings, shedding)?))
+            })
+            .collect()
+    }
+
     /// The plans, pauses and last attempts at `now`.
     pub fn plan_reading(&self, now: Timestamp) -> PlanReading {
         let cat = self.catalog();

@@ -90,16 +90,26 @@ pub(super) async fn flush_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bo
         if let Err(e) = shared.flush().await {
             tracing::error!(error = %e, "state flush failed; will retry");
         }
+        if let Err(e) = shared.save_aimd().await {
+            tracing::error!(error = %e, "saving the pools' AIMD state failed; will retry");
+        }
     }
 }
 
 /// How often AIMD recovery is applied to the pools' token buckets.
 const AIMD_TICK: Duration = Duration::from_secs(1);
 
+/// How often the intervals priority 1/2 groups run at are compared with
+/// those the plan was solved with.
+const RUNNING_CHECK: Duration = Duration::from_secs(10);
+
 /// Keeps the plans current: AIMD recovery every second, a re-solve when the
 /// effective budget moved past the hysteresis (now, on a 429, or by
-/// recovery) and every `resolve_interval`.
+/// recovery), when shed groups would fit again, when a priority 1/2
+/// group's running demand moved past the hysteresis, and every
+/// `resolve_interval`.
 pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut running_checked = shared.now();
     loop {
         let mut due = false;
         tokio::select! {
@@ -109,19 +119,27 @@ pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<
         }
         let now = shared.now();
         let settings = shared.sched().settings().scheduler.clone();
-        let (changed, resolve, solved_at) = {
+        let (changed, resolve, solved_at, events) = {
             let mut b = lock(&shared.budgets);
             let (changed, resolve) = b.tick(now, &settings);
-            (changed, resolve, b.solved_at)
+            (changed, resolve, b.solved_at, std::mem::take(&mut b.events))
         };
+        for e in events {
+            shared.sink.emit(&Event::pool(now, e));
+        }
         if !changed.is_empty() {
             let cat = shared.catalog();
             let mut s = shared.sched();
             for (pool, rate) in changed {
                 if let Some(b) = cat.budgets.iter().find(|b| b.name == pool) {
-                    s.set_pool(&pool, rate, b.burst, now);
+                    s.set_pool(&pool, rate, b.share_burst(), now);
                 }
             }
+        }
+        if !(due || resolve) && now.since(running_checked) >= RUNNING_CHECK {
+            running_checked = now;
+            let running = super::budget::running_of(&shared.sched());
+            due = crate::core::plan::running_moved(&lock(&shared.budgets).running, &running);
         }
         if due || resolve || now.since(solved_at) >= settings.resolve_interval {
             let mut none = HashMap::new();

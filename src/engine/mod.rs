@@ -42,7 +42,9 @@ use crate::metrics::Metrics;
 use crate::model::{
     BreakerState, ErrorCategory, ErrorKind, MonitoringSettings, PollError, PollResult, TaskKey, TaskRecord, Timestamp,
 };
-use crate::sink::event::{BreakerEvent, DeadLetterAction, DeadLetterEvent, Event, PollEvent};
+use crate::sink::event::{
+    BreakerEvent, DeadLetterAction, DeadLetterEvent, Event, PollEvent, PoolEvent, PoolTransition,
+};
 use crate::sink::{Sink, SinkMetrics};
 use crate::store::{OutboxEvent, Store};
 use budget::BudgetState;
@@ -247,17 +249,26 @@ impl Shared {
     pub fn reconcile(&self, now: Timestamp, stored: &mut HashMap<TaskKey, TaskRecord>, cold_start: bool) {
         let cat = self.catalog();
         let mut b = lock(&self.budgets);
-        let settings = self.sched().settings().scheduler.clone();
+        let (settings, running) = {
+            let s = self.sched();
+            (s.settings().scheduler.clone(), budget::running_of(&s))
+        };
+        b.running = running;
         b.resolve(&cat, &settings, now);
+        let events = std::mem::take(&mut b.events);
         let desired = plan::tasks(&cat, &settings, &b.plans, &b.shapes);
         let mut s = self.sched();
         for pool in &cat.budgets {
-            s.set_pool(&pool.name, b.effective_rps(&pool.name), pool.burst, now);
+            s.set_pool(&pool.name, b.effective_rps(&pool.name), pool.share_burst(), now);
             // Present at 0 from the start, so `increase()` sees the first 429.
             self.metrics.rate_limited.with_label_values(&[&pool.name]);
+            self.metrics.aimd_decreases.with_label_values(&[&pool.name]);
         }
         s.retain_pools(&|p: &str| cat.budgets.iter().any(|x| x.name == p));
         drop(b);
+        for e in events {
+            self.sink.emit(&Event::pool(now, e));
+        }
         let keep: std::collections::HashSet<&TaskKey> = desired.iter().map(|(k, _)| k).collect();
         let gone: Vec<TaskKey> = s.tasks().map(|t| t.key.clone()).filter(|k| !keep.contains(k)).collect();
         for k in gone {
@@ -304,24 +315,43 @@ impl Shared {
     /// A 429 from a task of `pool`: AIMD lowers the pool's budget (at most
     /// once per cooldown) and `Retry-After` pauses the pool.
     fn rate_limited(&self, pool: &str, retry_after: Option<Duration>, now: Timestamp) {
-        let (signal, rate) = {
+        let (signal, rate, event) = {
             let mut b = lock(&self.budgets);
             let aimd = self.sched().settings().scheduler.clone();
-            match b.on_rate_limited(pool, now, retry_after, &aimd) {
-                Some(x) => x,
-                None => return,
-            }
+            let Some((signal, rate)) = b.on_rate_limited(pool, now, retry_after, &aimd) else {
+                return;
+            };
+            let event = b.plans.get(pool).filter(|_| signal.decreased).map(|p| PoolEvent {
+                effective_budget_rps: rate,
+                ..budget::pool_event(p, PoolTransition::AimdDecrease)
+            });
+            (signal, rate, event)
         };
+        if let Some(e) = event {
+            self.sink.emit(&Event::pool(now, e));
+        }
         let mut s = self.sched();
         if signal.decreased {
-            let burst = self.catalog().budgets.iter().find(|b| b.name == pool).map(|b| b.burst);
+            let burst = self
+                .catalog()
+                .budgets
+                .iter()
+                .find(|b| b.name == pool)
+                .map(|b| b.share_burst());
             if let Some(burst) = burst {
                 s.set_pool(pool, rate, burst, now);
             }
+            self.metrics.aimd_decreases.with_label_values(&[pool]).inc();
             tracing::warn!(
                 pool,
                 effective_budget_rps = rate,
-                "rate limited (HTTP 429): lowered the pool's budget"
+                "AIMD decrease: HTTP 429s recur; lowered the pool's budget"
+            );
+        } else if signal.lone {
+            tracing::info!(
+                pool,
+                paused_until = %signal.paused_until.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                "rate limited (a lone HTTP 429): paused the pool for its Retry-After; budget kept"
             );
         }
         if let Some(until) = signal.paused_until {
@@ -376,6 +406,20 @@ impl Engine {
         }
         let cold_start = records.is_empty();
         let mut stored: HashMap<TaskKey, TaskRecord> = records.into_iter().collect();
+        let store = shared.store.clone();
+        match tokio::task::spawn_blocking(move || store.load_aimd())
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))?
+        {
+            Ok((states, bad)) => {
+                for e in bad {
+                    tracing::warn!(error = %e, "skipping an unreadable AIMD state; that pool starts at its full budget");
+                }
+                lock(&shared.budgets).resume_aimd(states);
+            }
+            // Without it each pool starts at its full budget, as before.
+            Err(e) => tracing::error!(error = %e, "could not read the pools' AIMD state; starting at full budgets"),
+        }
         let now = shared.now();
         shared.reconcile(now, &mut stored, cold_start);
         let store = shared.store.clone();
@@ -465,6 +509,9 @@ impl Engine {
         match self.shared.flush().await {
             Ok(n) => tracing::info!(records = n, "state flushed"),
             Err(e) => tracing::error!(error = %e, "final state flush failed"),
+        }
+        if let Err(e) = self.shared.save_aimd().await {
+            tracing::error!(error = %e, "saving the pools' AIMD state failed");
         }
         // Last: nothing emits events any more. Ships what is queued,
         // stopping at the first failure.

@@ -58,6 +58,22 @@ impl Shared {
         Ok(n)
     }
 
+    /// Save the pools' AIMD state when it moved since the last save (see
+    /// [`BudgetState::aimd_to_save`]), so a restart resumes it. A failed
+    /// save is tried again at the next flush.
+    pub(super) async fn save_aimd(&self) -> Result<(), EngineError> {
+        let Some(states) = lock(&self.budgets).aimd_to_save() else {
+            return Ok(());
+        };
+        let store = self.store.clone();
+        let (result, states) = tokio::task::spawn_blocking(move || (store.save_aimd(&states), states))
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))?;
+        result?;
+        lock(&self.budgets).aimd_saved(states);
+        Ok(())
+    }
+
     /// Close the minute that started at `minute` (Unix seconds): store its
     /// rollup and prune rows past the retention period.
     pub async fn record_minute(&self, minute: u64) -> Result<(), EngineError> {

@@ -39,6 +39,8 @@ pub struct Metrics {
     pub dispatch_lateness: prometheus::Histogram,
     /// HTTP 429 answers by pool.
     pub rate_limited: IntCounterVec,
+    /// AIMD decreases of a pool's effective budget, by pool.
+    pub aimd_decreases: IntCounterVec,
     /// How long due tasks of a pool waited for its token bucket.
     pub budget_wait: HistogramVec,
     /// Password checks (login, setup code, password change) by result.
@@ -62,6 +64,15 @@ impl Metrics {
             &["pool"],
         )?;
         registry.register(Box::new(rate_limited.clone()))?;
+        let aimd_decreases = IntCounterVec::new(
+            Opts::new(
+                "pollster_scheduler_aimd_decreases_total",
+                "Times AIMD lowered a budget pool's effective budget after HTTP 429 answers, by pool \
+                 (a lone 429 with Retry-After only pauses the pool and is not counted here).",
+            ),
+            &["pool"],
+        )?;
+        registry.register(Box::new(aimd_decreases.clone()))?;
         let budget_wait = HistogramVec::new(
             HistogramOpts::new(
                 "pollster_scheduler_budget_wait_seconds",
@@ -112,6 +123,7 @@ impl Metrics {
             poll,
             dispatch_lateness,
             rate_limited,
+            aimd_decreases,
             budget_wait,
             logins,
             values_errors,

@@ -290,6 +290,20 @@ impl BudgetConfig {
     pub fn budget_rps(&self) -> f64 {
         self.requests_per_second * self.shared_fraction
     }
+
+    /// Pollster's share of the API's burst: `burst × shared_fraction`,
+    /// rounded down, at least 1. The pool's token bucket holds this much
+    /// (and starts with it), so a cold start never spends the burst the
+    /// other consumers of the API are owed.
+    pub fn share_burst(&self) -> u32 {
+        // The small margin keeps 10 × 0.8 (8.000…) at 8, not 7.
+        let share = (f64::from(self.burst) * self.shared_fraction + 1e-9).floor();
+        if share >= 1.0 {
+            share.min(f64::from(self.burst)) as u32
+        } else {
+            1
+        }
+    }
 }
 
 fn default_shared_fraction() -> f64 {
@@ -297,4 +311,28 @@ fn default_shared_fraction() -> f64 {
 }
 fn default_burst() -> u32 {
     10
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(burst: u32, shared_fraction: f64) -> BudgetConfig {
+        BudgetConfig {
+            name: "org".into(),
+            requests_per_second: 10.0,
+            shared_fraction,
+            burst,
+        }
+    }
+
+    #[test]
+    fn the_share_of_the_burst_is_burst_times_shared_fraction_rounded_down_at_least_one() {
+        assert_eq!(pool(10, 0.8).share_burst(), 8);
+        assert_eq!(pool(10, 1.0).share_burst(), 10);
+        assert_eq!(pool(10, 0.7).share_burst(), 7);
+        assert_eq!(pool(3, 0.5).share_burst(), 1);
+        assert_eq!(pool(1, 0.01).share_burst(), 1);
+        assert_eq!(pool(100, 0.29).share_burst(), 29);
+    }
 }

@@ -29,6 +29,7 @@
 //! [`StoreError::Corrupt`], never a panic. The file is integrity-checked on
 //! open, so a file damaged outside redb is refused rather than trusted.
 
+mod aimd;
 mod backup;
 mod codec;
 mod history;
@@ -63,6 +64,7 @@ use redb::{
     Builder, Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, StorageError, WriteTransaction,
 };
 
+pub use aimd::LoadedAimd;
 pub use history::Rollup;
 pub use latest::{LatestBatch, LoadedBodies, LoadedValues};
 pub use outbox::{OutboxEvent, OutboxListener, OutboxRow};

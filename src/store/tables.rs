@@ -24,6 +24,7 @@
 //! | `outbox`    | sequence, `u64` big-endian             | `OutboxEvent` (`StoredOutboxEvent`): a change event to deliver, deleted once a receiver took it |
 //! | `values`    | instance `\0` group                    | `TaskValues` (`StoredValues`): the samples a task's value rules gave at its last good poll, written when they change |
 //! | `bodies`    | instance `\0` group `\0` fan-out item ("" for none) | `BodyRecord` (`StoredBody`): a `keep_body` group's last good body, written when it changes |
+//! | `aimd`      | budget pool name                       | `AimdState` (`StoredAimd`): the pool's effective budget, last decrease and 429, recovery in progress |
 //!
 //! The `meta` table's name, types and `schema_version` entry are a contract
 //! with every past and future release: that is how a release recognises a
@@ -62,10 +63,11 @@ pub(crate) const HISTORY: Table = table("history");
 pub(crate) const OUTBOX: Table = table("outbox");
 pub(crate) const VALUES: Table = table("values");
 pub(crate) const BODIES: Table = table("bodies");
+pub(crate) const AIMD: Table = table("aimd");
 
 /// Every table: created at open, copied by backup. A new table goes here.
-pub(crate) const ALL: [Table; 11] = [
-    META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY, OUTBOX, VALUES, BODIES,
+pub(crate) const ALL: [Table; 12] = [
+    META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY, OUTBOX, VALUES, BODIES, AIMD,
 ];
 
 /// `meta` key holding the schema version.

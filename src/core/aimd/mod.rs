@@ -14,8 +14,18 @@
 //!   recover.
 //! - `Retry-After` (parsed and capped at 60 s by the caller) pauses the pool until `now + retry_after`,
 //!   never shortening an existing pause; this applies even when AIMD is disabled.
+//! - **A lone 429 pauses, it does not halve.** A 429 that carries `Retry-After` and comes when the pool had
+//!   no 429 for [`AIMD_QUIET`] (5 min) only pauses the pool: the server said when to come back, and one
+//!   429 in a quiet pool is a burst that met someone else's burst, not a budget that is too high. The next
+//!   429 within [`AIMD_QUIET`] of it decreases as above (429s that recur are a budget that is too high).
 //! - Otherwise the budget recovers additively by `recovery_rps_per_minute` (default 0.1), continuously in
 //!   proportion to elapsed time, up to the configured budget and never above it.
+//! - **Fast recovery.** After a decrease that did not recur (no other decrease in the [`AIMD_QUIET`] before
+//!   it), while no further 429 arrives and the pool is shedding groups, the budget recovers faster: at the
+//!   rate that would win back, in [`FAST_RECOVERY`] (2 min), what the decrease took below
+//!   [`FAST_RECOVERY_CEILING`] (90 %) of the budget the 429 came at; never slower than
+//!   `recovery_rps_per_minute`, and only up to that 90 % (then the additive step again). A decrease that
+//!   recurs keeps the slow additive step.
 //! - CHOICE: recovery only starts once the 30 s cooldown after the last decrease has passed; time inside
 //!   the cooldown earns nothing. Recovery accrued since the last [`Aimd::tick`] is forfeited when a 429
 //!   causes a decrease (the 429 shows the pool was already too fast), which also guarantees that a 429
@@ -42,6 +52,13 @@ pub const RESOLVE_HYSTERESIS: f64 = 0.2;
 pub const DEFAULT_BACKOFF_MULTIPLIER: f64 = 0.5;
 /// Default additive recovery, in requests per second gained per minute.
 pub const DEFAULT_RECOVERY_RPS_PER_MINUTE: f64 = 0.1;
+/// A 429 with `Retry-After` this long after the previous 429 (or the first one) only pauses the pool; a
+/// decrease this soon after the previous decrease recurs (and recovers slowly).
+pub const AIMD_QUIET: Duration = Duration::from_secs(5 * 60);
+/// Fast recovery wins back what a decrease took in this time.
+pub const FAST_RECOVERY: Duration = Duration::from_secs(2 * 60);
+/// Fast recovery stops at this share of the budget the last decrease came at.
+pub const FAST_RECOVERY_CEILING: f64 = 0.9;
 
 /// Operator settings of the controller (shared by all pools).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -95,6 +112,47 @@ pub struct Aimd {
     solved_with: f64,
     /// Dispatch of this pool is paused until then (never shortened).
     paused_until: Option<Timestamp>,
+    /// The last 429, whatever it did.
+    last_429: Option<Timestamp>,
+    /// How the budget recovers since the last decrease.
+    recovery: Recovery,
+}
+
+/// How the budget recovers after a decrease.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Recovery {
+    /// The additive step only (no decrease yet, or decreases that recur).
+    Additive,
+    /// Faster while the pool sheds groups: `rps_per_minute` up to `until_rps`.
+    Fast { rps_per_minute: f64, until_rps: f64 },
+}
+
+/// What of a pool's AIMD state outlives a restart: without it every restart
+/// would probe an overloaded API at the full budget again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AimdState {
+    /// The budget configured when it was saved (rps).
+    pub configured_rps: f64,
+    /// The budget in force (rps).
+    pub effective_rps: f64,
+    pub last_decrease: Option<Timestamp>,
+    pub last_429: Option<Timestamp>,
+    /// The recovery in progress.
+    pub recovery: Recovery,
+    /// Recovery was accounted up to here.
+    pub at: Timestamp,
+}
+
+/// Where a backed-off pool stands: for the status page.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outlook {
+    /// The last decrease.
+    pub since: Timestamp,
+    /// How fast the budget recovers now (requests per second per minute; 0 during the cooldown).
+    pub rps_per_minute: f64,
+    /// When it would be back at the configured budget if no 429 comes and the pool keeps shedding (or
+    /// not) as now; `None` when it does not recover.
+    pub full_at: Option<Timestamp>,
 }
 
 /// What a 429 did to the pool.
@@ -106,6 +164,8 @@ pub struct RateSignal {
     pub paused_until: Option<Timestamp>,
     /// The effective budget moved by more than the hysteresis since the last solve: re-solve the plan.
     pub resolve: bool,
+    /// A lone 429 (with `Retry-After`, after a quiet spell): it paused the pool and did nothing else.
+    pub lone: bool,
 }
 
 fn sanitize_configured(rps: f64) -> f64 {
@@ -123,6 +183,85 @@ impl Aimd {
             last_tick: now,
             solved_with: configured,
             paused_until: None,
+            last_429: None,
+            recovery: Recovery::Additive,
+        }
+    }
+
+    /// A pool's controller resumed from its saved state, at `configured_rps` now configured: the saved
+    /// effective budget (within `[floor, configured]`; a budget changed meanwhile as
+    /// [`Self::set_configured`] takes it), the time of the last decrease and of the last 429, and the
+    /// recovery in progress. The time Pollster was stopped counts for recovery from `state.at`, as if it
+    /// had run: the first [`Self::tick`] credits it (the cooldown still applies).
+    pub fn resume(configured_rps: f64, state: &AimdState, now: Timestamp) -> Self {
+        let mut a = Aimd::new(state.configured_rps, now);
+        if state.effective_rps.is_finite() {
+            a.effective = state.effective_rps.clamp(a.floor(), a.configured);
+        }
+        a.last_decrease = state.last_decrease.filter(|&d| d <= now);
+        a.last_429 = state.last_429.filter(|&t| t <= now);
+        a.recovery = match state.recovery {
+            Recovery::Fast {
+                rps_per_minute,
+                until_rps,
+            } if rps_per_minute.is_finite() && until_rps.is_finite() && rps_per_minute >= 0.0 => state.recovery,
+            _ => Recovery::Additive,
+        };
+        a.last_tick = state.at.min(now);
+        a.set_configured(configured_rps, now);
+        a.solved_with = a.effective;
+        a
+    }
+
+    /// Where the pool stands while AIMD holds it below its budget (`None` at the full budget, or when
+    /// AIMD is off). `shedding` as for [`Self::tick_shedding`].
+    pub fn outlook(&self, now: Timestamp, s: &AimdSettings, shedding: bool) -> Option<Outlook> {
+        let since = self.last_decrease?;
+        if !s.enabled || self.effective >= self.configured {
+            return None;
+        }
+        let additive = s.recovery_rps_per_minute.max(0.0);
+        let additive = if additive.is_finite() { additive } else { 0.0 };
+        let cooldown_ends = since.plus(AIMD_COOLDOWN);
+        let (fast, until) = match self.recovery {
+            Recovery::Fast {
+                rps_per_minute,
+                until_rps,
+            } if shedding && self.effective < until_rps => {
+                (rps_per_minute.max(additive), until_rps.min(self.configured))
+            }
+            _ => (additive, self.effective),
+        };
+        let rps_per_minute = if now < cooldown_ends { 0.0 } else { fast };
+        let minutes = |rps: f64, rate: f64| {
+            if rps <= 0.0 {
+                Some(0.0)
+            } else {
+                (rate > 0.0).then(|| rps / rate)
+            }
+        };
+        let full_at = minutes(until - self.effective, fast)
+            .zip(minutes(self.configured - until.max(self.effective), additive))
+            .map(|(a, b)| {
+                now.max(cooldown_ends)
+                    .plus(Duration::from_secs_f64(((a + b) * 60.0).min(1e9)))
+            });
+        Some(Outlook {
+            since,
+            rps_per_minute,
+            full_at,
+        })
+    }
+
+    /// What to save of this controller (see [`AimdState`]).
+    pub fn state(&self) -> AimdState {
+        AimdState {
+            configured_rps: self.configured,
+            effective_rps: self.effective,
+            last_decrease: self.last_decrease,
+            last_429: self.last_429,
+            recovery: self.recovery,
+            at: self.last_tick,
         }
     }
 
@@ -149,12 +288,25 @@ impl Aimd {
             self.paused_until = Some(self.paused_until.map_or(until, |p| p.max(until)));
         }
         let mut decreased = false;
-        if s.enabled && !self.in_cooldown(now) {
+        let lone = retry_after.is_some() && self.last_429.is_none_or(|t| now.since(t) >= AIMD_QUIET);
+        self.last_429 = Some(now);
+        if s.enabled && !lone && !self.in_cooldown(now) {
             let before = self.effective;
             let backed_off = (before * s.multiplier()).max(self.floor());
             // `min(before)`: the floor can never raise the rate (e.g. configured 0.2 < AIMD_FLOOR_RPS).
             self.effective = backed_off.min(before).clamp(self.floor(), self.configured);
             decreased = self.effective < before;
+            let recurs = self.last_decrease.is_some_and(|d| now.since(d) < AIMD_QUIET);
+            self.recovery = if recurs {
+                Recovery::Additive
+            } else {
+                let until_rps = FAST_RECOVERY_CEILING * before;
+                let lost = (until_rps - self.effective).max(0.0);
+                Recovery::Fast {
+                    rps_per_minute: lost * 60.0 / FAST_RECOVERY.as_secs_f64(),
+                    until_rps,
+                }
+            };
             self.last_decrease = Some(now);
             // Recovery since the last tick is forfeited (see module docs).
             self.last_tick = self.last_tick.max(now);
@@ -163,6 +315,7 @@ impl Aimd {
             decreased,
             paused_until: self.paused_until(now),
             resolve: self.resolve_due(),
+            lone,
         }
     }
 
@@ -173,6 +326,12 @@ impl Aimd {
     /// Apply recovery from the last tick up to `now`. Returns true if a re-solve is due (the effective
     /// budget moved by more than [`RESOLVE_HYSTERESIS`] relative to [`Self::solved_with`]).
     pub fn tick(&mut self, now: Timestamp, s: &AimdSettings) -> bool {
+        self.tick_shedding(now, s, false)
+    }
+
+    /// [`Self::tick`] for a pool that sheds groups (`shedding`) or not: fast recovery applies only while
+    /// it does (see the module docs).
+    pub fn tick_shedding(&mut self, now: Timestamp, s: &AimdSettings, shedding: bool) -> bool {
         if !s.enabled {
             self.effective = self.configured;
         } else {
@@ -182,9 +341,22 @@ impl Aimd {
                 None => self.last_tick,
             };
             if now > start {
-                let gained = s.recovery_per_ms() * now.since(start).as_millis() as f64;
-                if gained > 0.0 {
-                    self.effective = (self.effective + gained).min(self.configured);
+                let ms = now.since(start).as_millis() as f64;
+                let additive = s.recovery_per_ms() * ms;
+                let mut next = self.effective + additive;
+                if let Recovery::Fast {
+                    rps_per_minute,
+                    until_rps,
+                } = self.recovery
+                    && shedding
+                    && self.effective < until_rps
+                {
+                    // Fast up to `until_rps`, never slower than the additive step.
+                    let fast = self.effective + rps_per_minute / 60_000.0 * ms;
+                    next = next.max(fast.min(until_rps));
+                }
+                if next > self.effective {
+                    self.effective = next.min(self.configured);
                 }
             }
         }
@@ -234,6 +406,16 @@ impl Aimd {
     /// The last 429 that applied a backoff (outside the cooldown), if any.
     pub fn last_decrease(&self) -> Option<Timestamp> {
         self.last_decrease
+    }
+
+    /// The last 429, whether it decreased the budget or only paused the pool.
+    pub fn last_429(&self) -> Option<Timestamp> {
+        self.last_429
+    }
+
+    /// How the budget recovers since the last decrease.
+    pub fn recovery(&self) -> Recovery {
+        self.recovery
     }
 }
 

@@ -38,7 +38,8 @@ fn a_429_halves_the_budget() {
         RateSignal {
             decreased: true,
             paused_until: None,
-            resolve: true
+            resolve: true,
+            lone: false,
         }
     );
     assert_eq!(a.effective(), 5.0);
@@ -135,17 +136,140 @@ fn a_429_forfeits_recovery_since_last_tick_and_never_raises() {
 }
 
 #[test]
+fn a_lone_429_with_retry_after_only_pauses_and_the_next_one_decreases() {
+    let ra = Some(Duration::from_secs(1));
+    let mut a = Aimd::new(8.0, ts(0));
+    let sig = a.on_rate_limited(secs(100), ra, &S);
+    assert!(!sig.decreased && sig.lone, "a lone 429 pauses only");
+    assert_eq!((sig.paused_until, a.effective()), (Some(secs(101)), 8.0));
+    assert_eq!((a.last_429(), a.last_decrease()), (Some(secs(100)), None));
+    // Another within 5 minutes: the 429s recur, the budget is too high.
+    let sig = a.on_rate_limited(secs(399), ra, &S);
+    assert!(sig.decreased);
+    assert_eq!(a.effective(), 4.0);
+    // After 5 quiet minutes, a 429 with Retry-After is lone again.
+    let mut a = Aimd::new(8.0, ts(0));
+    a.on_rate_limited(secs(0), ra, &S);
+    assert!(!a.on_rate_limited(secs(300), ra, &S).decreased);
+    // Without Retry-After the server said nothing about when to come back: a decrease.
+    let mut a = Aimd::new(8.0, ts(0));
+    assert!(a.on_rate_limited(secs(0), None, &S).decreased);
+}
+
+#[test]
+fn fast_recovery_while_shedding_wins_back_ninety_percent_in_two_minutes() {
+    let mut a = Aimd::new(10.0, ts(0));
+    a.on_rate_limited(ts(0), None, &S);
+    assert_eq!(a.effective(), 5.0);
+    // (9 − 5) rps in 2 minutes: 2 rps a minute, from the end of the cooldown.
+    assert_eq!(
+        a.recovery(),
+        Recovery::Fast {
+            rps_per_minute: 2.0,
+            until_rps: 9.0
+        }
+    );
+    a.tick_shedding(secs(30), &S, true);
+    assert_eq!(a.effective(), 5.0, "nothing during the cooldown");
+    a.tick_shedding(secs(90), &S, true);
+    assert!(close(a.effective(), 7.0), "{}", a.effective());
+    // Not shedding: the additive step.
+    a.tick_shedding(secs(150), &S, false);
+    assert!(close(a.effective(), 7.1), "{}", a.effective());
+    // Shedding again: fast, but only up to 90 % of where the 429 came, then additive.
+    a.tick_shedding(secs(210), &S, true);
+    assert!(close(a.effective(), 9.0), "{}", a.effective());
+    a.tick_shedding(secs(270), &S, true);
+    assert!(close(a.effective(), 9.1), "{}", a.effective());
+}
+
+#[test]
+fn a_decrease_that_recurs_recovers_at_the_additive_step_even_while_shedding() {
+    let mut a = Aimd::new(10.0, ts(0));
+    a.on_rate_limited(ts(0), None, &S);
+    a.on_rate_limited(secs(60), None, &S);
+    assert_eq!((a.effective(), a.recovery()), (2.5, Recovery::Additive));
+    a.tick_shedding(secs(150), &S, true);
+    assert!(close(a.effective(), 2.6), "{}", a.effective());
+    // Once the 429s stop for 5 minutes, the next decrease may recover fast again.
+    a.on_rate_limited(secs(60 + 301), None, &S);
+    assert!(matches!(a.recovery(), Recovery::Fast { .. }));
+}
+
+#[test]
+fn a_resumed_controller_goes_on_where_the_saved_one_stopped() {
+    let mut a = Aimd::new(8.0, ts(0));
+    a.on_rate_limited(secs(10), None, &S);
+    a.tick_shedding(secs(70), &S, true);
+    let saved = a.state();
+    assert_eq!(saved.effective_rps, a.effective());
+    assert_eq!(saved.at, secs(70));
+    // Restarted 30 s later: the same budget, decrease and recovery.
+    let mut b = Aimd::resume(8.0, &saved, secs(100));
+    assert_eq!(b.state(), saved);
+    assert_eq!((b.effective(), b.solved_with()), (a.effective(), a.effective()));
+    // The 30 s it was down count as they would have (here: fast, shedding).
+    a.tick_shedding(secs(100), &S, true);
+    b.tick_shedding(secs(100), &S, true);
+    assert!(close(a.effective(), b.effective()));
+    // A budget lowered meanwhile caps it; one raised leaves a backed-off pool where it was.
+    assert_eq!(Aimd::resume(3.0, &saved, secs(100)).effective(), 3.0);
+    assert_eq!(Aimd::resume(20.0, &saved, secs(100)).effective(), saved.effective_rps);
+    // Saved nonsense stays within [floor, configured]; times from the future are dropped.
+    let odd = AimdState {
+        effective_rps: f64::NAN,
+        last_decrease: Some(secs(1_000)),
+        recovery: Recovery::Fast {
+            rps_per_minute: f64::INFINITY,
+            until_rps: 1.0,
+        },
+        ..saved
+    };
+    let c = Aimd::resume(8.0, &odd, secs(100));
+    assert_eq!(
+        (c.effective(), c.last_decrease(), c.recovery()),
+        (8.0, None, Recovery::Additive)
+    );
+}
+
+#[test]
+fn the_outlook_says_since_when_how_fast_and_when_the_budget_is_back() {
+    let mut a = Aimd::new(10.0, ts(0));
+    assert_eq!(a.outlook(ts(0), &S, true), None, "at the full budget");
+    a.on_rate_limited(ts(0), None, &S);
+    // Shedding: 2 rps a minute to 9 (2 min after the cooldown), then 0.1 a minute to 10 (10 min more).
+    let o = a.outlook(secs(10), &S, true).expect("backed off");
+    assert_eq!((o.since, o.rps_per_minute), (ts(0), 0.0), "in the cooldown");
+    assert_eq!(o.full_at, Some(secs(30 + 120 + 600)));
+    let o = a.outlook(secs(40), &S, true).expect("backed off");
+    assert_eq!(o.rps_per_minute, 2.0);
+    // Not shedding: 0.1 a minute all the way (50 min).
+    let o = a.outlook(secs(40), &S, false).expect("backed off");
+    assert_eq!(o.rps_per_minute, 0.1);
+    assert_eq!(o.full_at, Some(secs(40 + 3000)));
+    // No recovery configured: never back.
+    let none = AimdSettings {
+        recovery_rps_per_minute: 0.0,
+        ..S
+    };
+    assert_eq!(a.outlook(secs(40), &none, false).and_then(|o| o.full_at), None);
+    assert_eq!(a.outlook(secs(40), &AimdSettings { enabled: false, ..S }, false), None);
+}
+
+#[test]
 fn retry_after_pauses_and_never_shortens() {
     let mut a = Aimd::new(10.0, ts(0));
     let sig = a.on_rate_limited(ts(0), Some(Duration::from_secs(10)), &S);
     assert_eq!(sig.paused_until, Some(secs(10)));
     assert_eq!(a.paused_until(secs(9)), Some(secs(10)));
     assert_eq!(a.paused_until(secs(10)), None);
-    // Inside the cooldown: no decrease, but still a pause; a shorter one does not shorten it.
+    // A second 429 decreases; a shorter pause does not shorten the first.
     let sig = a.on_rate_limited(secs(1), Some(Duration::from_secs(2)), &S);
-    assert!(!sig.decreased);
+    assert!(sig.decreased);
     assert_eq!(sig.paused_until, Some(secs(10)));
+    // Inside the cooldown: no decrease, the pause stays.
     let sig = a.on_rate_limited(secs(5), None, &S);
+    assert!(!sig.decreased);
     assert_eq!(sig.paused_until, Some(secs(10)));
     // A longer one extends it.
     let sig = a.on_rate_limited(secs(5), Some(Duration::from_secs(20)), &S);
@@ -165,7 +289,8 @@ fn disabled_never_decreases_but_still_pauses() {
         RateSignal {
             decreased: false,
             paused_until: Some(secs(3)),
-            resolve: false
+            resolve: false,
+            lone: true,
         }
     );
     assert_eq!(a.effective(), 10.0);
@@ -351,14 +476,14 @@ fn storm_settles_below_the_real_limit() {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Tick,
+    Tick(bool),
     RateLimited(Option<u64>),
     SetConfigured(f64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => Just(Op::Tick),
+        4 => any::<bool>().prop_map(Op::Tick),
         4 => prop_oneof![Just(None), (0u64..=60_000).prop_map(Some)].prop_map(Op::RateLimited),
         1 => prop_oneof![0.0f64..1.0, 0.0f64..50.0].prop_map(Op::SetConfigured),
     ]
@@ -383,8 +508,8 @@ proptest! {
             let s = AimdSettings { enabled, backoff_multiplier: multiplier, recovery_rps_per_minute: recovery };
             let before = a.effective();
             match op {
-                Op::Tick => {
-                    a.tick(Timestamp(now), &s);
+                Op::Tick(shedding) => {
+                    a.tick_shedding(Timestamp(now), &s, shedding);
                 }
                 Op::RateLimited(ra) => {
                     let sig = a.on_rate_limited(Timestamp(now), ra.map(Duration::from_millis), &s);

@@ -17,6 +17,7 @@ mod cost;
 mod gate;
 mod holds;
 mod pools;
+mod running;
 mod solve;
 mod tasks;
 
@@ -24,6 +25,7 @@ pub use cost::*;
 pub use gate::*;
 pub use holds::*;
 pub use pools::*;
+pub use running::*;
 pub use solve::*;
 pub use tasks::*;
 

@@ -45,6 +45,7 @@ pub fn pool_inputs(
                     gated: g.gated,
                     enabled: false,
                     pin_s: pin_of(s, &ty.name, &g.name).map(|d| d.as_secs_f64()),
+                    running_interval_s: None,
                 });
             if counted(ty, inst, shapes, g, profile) {
                 input.enabled = true;

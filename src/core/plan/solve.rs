@@ -1,9 +1,9 @@
 //! Solving every pool: the solver's settings from the scheduler's, and the
 //! solved plan of each configured pool at its effective budget.
 
-use super::{Shapes, pool_inputs};
+use super::{RunningIntervals, Shapes, pool_inputs};
 use crate::core::catalog::Catalog;
-use crate::core::solver::{self, Mode, PoolPlan, SolveSettings};
+use crate::core::solver::{self, MIN_ADJUSTABLE_PRIORITY, Mode, PoolPlan, SolveSettings};
 use crate::model::{Profile, SchedulerMode, SchedulerSettings};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -36,17 +36,25 @@ pub struct PoolStatus {
 
 /// Solve every configured pool. `effective` holds each pool's effective
 /// budget (AIMD); a pool missing there is solved at its configured budget.
-/// The implicit `full` profile is used when none is set; shedding is on
-/// except in `fixed` mode.
+/// `running` holds the intervals priority 1/2 groups really run at (their
+/// demand is counted at the larger of that and the floor). The implicit
+/// `full` profile is used when none is set; shedding is on except in
+/// `fixed` mode.
 pub fn solve_all(
     cat: &Catalog,
     shapes: &Shapes,
     s: &SchedulerSettings,
     effective: &BTreeMap<String, f64>,
+    running: &RunningIntervals,
 ) -> BTreeMap<String, PoolStatus> {
     let mut out = BTreeMap::new();
     for b in &cat.budgets {
-        let (inputs, shape) = pool_inputs(cat, &b.name, shapes, s, s.profile);
+        let (mut inputs, shape) = pool_inputs(cat, &b.name, shapes, s, s.profile);
+        if let Some(r) = running.get(&b.name) {
+            for g in inputs.iter_mut().filter(|g| g.priority < MIN_ADJUSTABLE_PRIORITY) {
+                g.running_interval_s = r.get(&(g.type_name.clone(), g.name.clone())).copied();
+            }
+        }
         let budget = b.budget_rps();
         let eff = effective.get(&b.name).copied().unwrap_or(budget);
         let plan = solver::solve(&inputs, budget, eff, &solve_settings(s, true));

@@ -193,6 +193,7 @@ impl Scheduler {
             return;
         }
         let timing_changed = t.meta.planned != meta.planned || t.meta.hold != meta.hold;
+        let lifted = t.meta.hold.is_some() && meta.hold.is_none();
         t.meta = meta;
         t.settle();
         if t.meta.hold.is_some() {
@@ -202,9 +203,29 @@ impl Scheduler {
         if timing_changed {
             self.retime_one(key, now, &mut NoJitter);
         }
+        if lifted {
+            self.spread_if_overdue(key, now);
+        }
         // A task in backoff keeps its retry time through a re-timing, but
         // one whose hold just lifted must still go back on the queue.
         self.enqueue(key, now);
+    }
+
+    /// A task back from a hold whose cadence says it is overdue starts at
+    /// its phase offset from `now`, as on a restart: the tasks of a group
+    /// planned back in (shed, then fitting again) do not all fire at once
+    /// and meet their pool's bucket as one burst.
+    fn spread_if_overdue(&mut self, key: &TaskKey, now: Timestamp) {
+        let adaptive = &self.settings.adaptive;
+        let Some(t) = self.tasks.get_mut(key) else {
+            return;
+        };
+        let healthy = t.rec.failures == 0 && t.rec.dead_letter.is_none() && t.rec.breaker == BreakerState::Closed;
+        if healthy && t.is_queued() && !t.frozen && t.rec.next_run <= now {
+            let iv = task::current_interval(&t.rec, &t.meta, adaptive);
+            t.rec.next_run = now.plus(phase::offset(key, iv));
+            self.dirty.insert(key.clone());
+        }
     }
 
     /// Take a task off the schedule for good (its instance or group is gone).

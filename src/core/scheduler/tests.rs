@@ -111,11 +111,42 @@ fn a_held_task_leaves_the_queue_and_returns_when_released() {
     s.update_meta(&k("a"), held, t0);
     assert_eq!(s.queue_len(), 0);
     assert!(s.pop_due(t0.plus(Duration::from_secs(60))).is_none());
-    s.update_meta(&k("a"), meta(10), t0.plus(Duration::from_secs(60)));
+    let released = t0.plus(Duration::from_secs(60));
+    s.update_meta(&k("a"), meta(10), released);
     assert_eq!(s.queue_len(), 1);
+    // Overdue: due again at its phase offset, within half its interval.
+    let next = s.get(&k("a")).map(|t| t.rec.next_run).expect("task");
     assert!(
-        s.pop_due(t0.plus(Duration::from_secs(60))).is_some(),
-        "due again once released"
+        next >= released && next <= released.plus(Duration::from_secs(5)),
+        "{next:?}"
+    );
+    assert!(s.pop_due(next).is_some(), "due again once released");
+}
+
+#[test]
+fn tasks_released_from_a_hold_together_are_spread_over_their_phase_window() {
+    let mut s = Scheduler::new(fixed());
+    let t0 = Timestamp(100 * SEC);
+    let names: Vec<String> = (0..18).map(|i| format!("net-{i:02}")).collect();
+    let shed = TaskMeta {
+        hold: Some(task::Hold::Shed),
+        ..pooled(60)
+    };
+    for n in &names {
+        s.place(k(n), shed.clone(), None, t0, true);
+    }
+    let released = t0.plus(Duration::from_secs(600));
+    for n in &names {
+        s.update_meta(&k(n), pooled(60), released);
+    }
+    let due: std::collections::BTreeSet<Timestamp> = names
+        .iter()
+        .filter_map(|n| s.get(&k(n)).map(|t| t.rec.next_run))
+        .collect();
+    assert!(due.len() >= 15, "released in lockstep: {due:?}");
+    assert!(
+        due.iter()
+            .all(|t| *t >= released && *t <= released.plus(Duration::from_secs(30)))
     );
 }
 

@@ -15,6 +15,8 @@
 //!    and unpinned are shed one by one in the order `(−priority, name, type_name)` until the demand fits.
 //!
 //! Priority 1 and 2 groups and ungated (overhead) groups are never stretched nor shed; they only count as demand.
+//! A priority 1 or 2 group's demand is counted at the interval its tasks really run at when that is longer than its
+//! interval (`running_interval_s`: adaptive polling runs unchanged data at its base interval, not at the floor).
 //!
 //! The solver is pure and deterministic and works in plain `f64` without rounding. "Demand" always means the sum of
 //! the per-group demands taken left to right in input order; each group's demand is `cost_per_cycle / interval_s`.
@@ -71,7 +73,13 @@ pub fn solve_traced(
         groups
             .iter()
             .zip(&intervals)
-            .map(|(g, &interval)| if g.enabled { g.cost_per_cycle / interval } else { 0.0 })
+            .map(|(g, &interval)| {
+                if g.enabled {
+                    g.cost_per_cycle / demand_interval(g, interval)
+                } else {
+                    0.0
+                }
+            })
             .collect(),
     );
 
@@ -158,6 +166,15 @@ fn demand_target(effective_budget_rps: f64, target_utilization: f64) -> f64 {
         target
     } else {
         0.0
+    }
+}
+
+/// The interval a group's demand is counted at: its interval, or for a priority 1/2 group the larger of that and
+/// the interval its tasks really run at. (Such a group is never stretched, so this stays its demand.)
+fn demand_interval(g: &GroupInput, interval: f64) -> f64 {
+    match g.running_interval_s {
+        Some(r) if g.priority < MIN_ADJUSTABLE_PRIORITY && r.is_finite() && r > interval => r,
+        _ => interval,
     }
 }
 

@@ -15,7 +15,48 @@ fn group(name: &str, priority: u8, floor_s: f64, cost_per_cycle: f64) -> GroupIn
         gated: true,
         enabled: true,
         pin_s: None,
+        running_interval_s: None,
     }
+}
+
+#[test]
+fn priority_1_and_2_demand_counts_at_the_interval_they_run_at() {
+    // Issue #16: 18 status tasks (p1, floor 5 s) really run at the 10 s base, 18 devices (p2) at 30 s.
+    let mut status = group("status", 1, 5.0, 18.0);
+    status.running_interval_s = Some(10.0);
+    let mut devices = group("devices", 2, 30.0, 18.0);
+    devices.running_interval_s = Some(12.0); // shorter than the floor: the floor counts
+    let mut health = group("health", 3, 6.0, 18.0);
+    health.running_interval_s = Some(600.0); // priority 3: ignored, the solver sets its interval
+    let plan = solve(&[status, devices, health], 8.0, 4.0, &settings(Mode::Adaptive, true));
+    assert_eq!(plan.groups[0].interval_s, 5.0, "the planned interval stays the floor");
+    assert!((plan.groups[0].demand_rps - 1.8).abs() < 1e-12);
+    assert!((plan.groups[1].demand_rps - 0.6).abs() < 1e-12);
+    // 2.4 rps for p1/p2 leaves 0.4 of the 2.8 rps target: health at its cap (24 s) needs 0.75, so it is shed.
+    assert!(plan.groups[2].shed);
+    assert!(!plan.could_shed_less(4.0));
+    // At 4.6 rps the target is 3.22 ≥ 2.4 + 0.75: health fits again.
+    assert!(plan.could_shed_less(4.6));
+}
+
+#[test]
+fn could_shed_less_looks_at_the_last_group_shed() {
+    // Shed order: d (p4), then b (p3). Un-shedding b (the last) is what a re-solve would do first.
+    let groups = [
+        group("a", 1, 10.0, 10.0),
+        group("b", 3, 10.0, 4.0),
+        group("d", 4, 10.0, 1.0),
+    ];
+    let plan = solve(&groups, 2.0, 1.0, &settings(Mode::Adaptive, true));
+    assert!(plan.groups[1].shed && plan.groups[2].shed);
+    // a: 1 rps. b at its cap (40 s): 0.1 rps; d at its cap: 0.025 rps.
+    assert!(
+        !plan.could_shed_less(1.5),
+        "target 1.05: d would fit, but b is shed after it"
+    );
+    assert!(plan.could_shed_less(1.58), "target 1.106: b fits");
+    let plan = solve(&groups, 2.0, 2.0, &settings(Mode::Adaptive, true));
+    assert!(!plan.could_shed_less(2.0), "nothing shed");
 }
 
 fn settings(mode: Mode, shed: bool) -> SolveSettings {
@@ -572,6 +613,7 @@ fn group_strategy() -> impl Strategy<Value = GroupInput> {
                 gated,
                 enabled,
                 pin_s,
+                running_interval_s: None,
             },
         )
 }

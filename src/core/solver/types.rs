@@ -22,6 +22,11 @@ pub struct GroupInput {
     pub enabled: bool,
     /// Operator pin in seconds (> 0, may be below the floor): the interval is exactly this and never changes.
     pub pin_s: Option<f64>,
+    /// For a priority 1 or 2 group: the interval its tasks really run at (adaptive polling may run them
+    /// slower than the floor), in seconds. Its demand is counted at the larger of this and its interval.
+    /// `None`: at its interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running_interval_s: Option<f64>,
 }
 
 impl GroupInput {
@@ -104,4 +109,24 @@ pub struct PoolPlan {
     pub groups: Vec<GroupPlan>,
     /// e.g. "pin of pve/storage (10s) is below its floor (60s)".
     pub warnings: Vec<String>,
+}
+
+impl PoolPlan {
+    /// Groups are shed, and at `effective_budget_rps` the last one shed would fit again: a re-solve would
+    /// shed less. (Shedding comes after every stretchable group is at its cap, so the re-solve sheds the
+    /// same groups in the same order and stops before that last one.)
+    pub fn could_shed_less(&self, effective_budget_rps: f64) -> bool {
+        let target = effective_budget_rps * self.target_utilization;
+        self.groups
+            .iter()
+            .filter(|g| g.shed)
+            // The shed order is (−priority, name, type): the last one shed is the greatest of this key.
+            .max_by(|a, b| {
+                b.priority
+                    .cmp(&a.priority)
+                    .then_with(|| a.name.cmp(&b.name))
+                    .then_with(|| a.type_name.cmp(&b.type_name))
+            })
+            .is_some_and(|g| self.total_demand_rps + g.cost_per_cycle / g.interval_s <= target)
+    }
 }

@@ -263,3 +263,35 @@ pub struct TestEvent {
     pub actor: String,
     pub message: String,
 }
+
+/// `transition` of a pool event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolTransition {
+    /// The pool's groups do not fit its target even at their longest intervals.
+    OverBudget,
+    /// Groups are shed (a new or changed set).
+    Shedding,
+    /// Every group is planned again.
+    Restored,
+    /// AIMD lowered the effective budget after 429s that recur.
+    AimdDecrease,
+    /// AIMD is back at the configured budget.
+    AimdRecovered,
+}
+
+/// A budget pool changed state: what it needs, what it may use, and the
+/// groups shed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolEvent {
+    pub pool: String,
+    pub transition: PoolTransition,
+    /// Planned demand (rps) after stretching and shedding.
+    pub demand_rps: f64,
+    /// The plan's target: effective budget × target utilisation (rps).
+    pub target_rps: f64,
+    pub effective_budget_rps: f64,
+    pub budget_rps: f64,
+    /// The groups shed, as `type/group`.
+    pub groups: Vec<String>,
+}

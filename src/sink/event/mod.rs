@@ -111,7 +111,7 @@ mod tests;
 pub use id::new_event_id;
 pub use kinds::{
     BreakerEvent, DeadLetterAction, DeadLetterEvent, EventError, EventFailedItem, OperatorEvent, PollEvent,
-    PollOutcome, SettingsEvent, SettingsSection, TestEvent,
+    PollOutcome, PoolEvent, PoolTransition, SettingsEvent, SettingsSection, TestEvent,
 };
 
 use crate::model::Timestamp;
@@ -160,6 +160,7 @@ pub enum EventKind {
     Settings(SettingsEvent),
     Operator(OperatorEvent),
     Test(TestEvent),
+    Pool(PoolEvent),
 }
 
 impl Event {
@@ -168,6 +169,15 @@ impl Event {
             time,
             id: None,
             kind: EventKind::Poll(poll),
+        }
+    }
+
+    /// A budget pool's transition (best effort, like a poll event).
+    pub fn pool(time: Timestamp, pool: PoolEvent) -> Event {
+        Event {
+            time,
+            id: None,
+            kind: EventKind::Pool(pool),
         }
     }
 
@@ -225,7 +235,7 @@ impl Event {
     }
 
     /// The `kind` field: `poll`, `breaker`, `dead_letter`, `settings`,
-    /// `operator` or `test`.
+    /// `operator`, `test` or `pool`.
     pub fn kind_name(&self) -> &'static str {
         match self.kind {
             EventKind::Poll(_) => "poll",
@@ -234,6 +244,7 @@ impl Event {
             EventKind::Settings(_) => "settings",
             EventKind::Operator(_) => "operator",
             EventKind::Test(_) => "test",
+            EventKind::Pool(_) => "pool",
         }
     }
 

@@ -263,3 +263,27 @@ fn settings_operator_test_fields() {
          \"message\":\"hello\\n\\\"world\\\"\"}\n"
     );
 }
+
+#[test]
+fn a_pool_event_names_the_transition_the_demand_the_target_and_the_groups() {
+    let e = Event::pool(
+        T,
+        PoolEvent {
+            pool: "org".into(),
+            transition: PoolTransition::Shedding,
+            demand_rps: 2.4,
+            target_rps: 2.8,
+            effective_budget_rps: 4.0,
+            budget_rps: 8.0,
+            groups: vec!["net/health".into(), "net/inventory".into()],
+        },
+    );
+    assert!(!e.is_change(), "best effort, like a poll event");
+    assert_eq!(e.kind_name(), "pool");
+    assert_eq!(
+        e.to_line(),
+        "{\"time\":\"2026-11-30T04:40:00.123Z\",\"kind\":\"pool\",\"pool\":\"org\",\"transition\":\"shedding\",\
+         \"demand_rps\":2.4,\"target_rps\":2.8,\"effective_budget_rps\":4.0,\"budget_rps\":8.0,\
+         \"groups\":[\"net/health\",\"net/inventory\"]}\n"
+    );
+}

@@ -11,6 +11,7 @@
 //! record without copying it. Durations are text (`10s`, `250ms`) as
 //! `model::duration_str` writes and reads them, the fixtures included.
 
+mod aimd;
 mod instance;
 mod latest;
 mod task;
@@ -19,6 +20,7 @@ mod values;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use aimd::StoredAimd;
 pub(crate) use instance::StoredInstance;
 pub(crate) use latest::{StoredBody, StoredBodyRef, StoredValues, StoredValuesRef};
 pub(crate) use task::{StoredTask, StoredTaskRef};

@@ -219,6 +219,41 @@ fn rollup() -> Rollup {
     }
 }
 
+const AIMD: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"configured_rps":8.0,"effective_rps":4.25,"last_decrease":1764480000000,"last_429":1764480001000,"recovery":{"kind":"fast","rps_per_minute":1.6,"until_rps":7.2},"at":1764480060000}"#,
+};
+
+fn aimd() -> crate::core::aimd::AimdState {
+    crate::core::aimd::AimdState {
+        configured_rps: 8.0,
+        effective_rps: 4.25,
+        last_decrease: Some(Timestamp(1_764_480_000_000)),
+        last_429: Some(Timestamp(1_764_480_001_000)),
+        recovery: crate::core::aimd::Recovery::Fast {
+            rps_per_minute: 1.6,
+            until_rps: 7.2,
+        },
+        at: Timestamp(1_764_480_060_000),
+    }
+}
+
+const AIMD_ADDITIVE: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"configured_rps":10.0,"effective_rps":10.0,"recovery":{"kind":"additive"},"at":1764480060000}"#,
+};
+
+fn aimd_additive() -> crate::core::aimd::AimdState {
+    crate::core::aimd::AimdState {
+        configured_rps: 10.0,
+        effective_rps: 10.0,
+        last_decrease: None,
+        last_429: None,
+        recovery: crate::core::aimd::Recovery::Additive,
+        at: Timestamp(1_764_480_060_000),
+    }
+}
+
 const OUTBOX_EVENT: Fixture = Fixture {
     version: FORMAT_JSON_V1,
     json: br#"{"id":"e-1","line":"{\"id\":\"e-1\",\"type\":\"dead_letter\"}\n"}"#,
@@ -258,10 +293,10 @@ fn values() -> TaskValues {
     }
 }
 
-/// A kept UTF-8 body, a kept binary one, and one too large to keep.
-/// A fixture's JSON and the body it holds.
+/// A body fixture's JSON and the record it holds.
 type BodyFixture = (&'static [u8], fn() -> BodyRecord);
 
+/// A kept UTF-8 body, a kept binary one, and one too large to keep.
 const BODIES: [BodyFixture; 3] = [
     (
         br#"{"polled_at":1764480000000,"content_type":"application/json","size":11,"etag":"abc","text":"{\"data\":1}\n"}"#,
@@ -428,6 +463,20 @@ fn every_value_decodes_from_and_encodes_to_todays_bytes() {
             },
         );
     }
+    check(
+        "aimd",
+        &AIMD,
+        &aimd(),
+        |a| codec::encode_stored(&StoredAimd::from(a)),
+        |b| stored::<StoredAimd, _>("aimd", b),
+    );
+    check(
+        "aimd additive",
+        &AIMD_ADDITIVE,
+        &aimd_additive(),
+        |a| codec::encode_stored(&StoredAimd::from(a)),
+        |b| stored::<StoredAimd, _>("aimd", b),
+    );
     check(
         "meta number",
         &META_NUMBER,

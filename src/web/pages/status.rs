@@ -46,6 +46,9 @@ pub struct PoolCard {
     pub bar: u32,
     pub rows: Vec<GroupRow>,
     pub stretched: usize,
+    /// "AIMD since HH:MM, recovering at X rps/min, full budget expected at
+    /// HH:MM" while AIMD holds the pool below its budget.
+    pub aimd: Option<String>,
 }
 
 pub struct GroupRow {
@@ -70,7 +73,26 @@ fn rps(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.2} rps")).unwrap_or_else(|| "—".into())
 }
 
-fn card(v: PoolView) -> PoolCard {
+/// `HH:MM UTC` of a time.
+fn hh_mm(t: crate::model::Timestamp) -> String {
+    let s = t.to_rfc3339();
+    format!("{} UTC", s.get(11..16).unwrap_or(&s))
+}
+
+/// The AIMD line of a pool card.
+fn aimd_line(o: &crate::core::aimd::Outlook) -> String {
+    let full = match o.full_at {
+        Some(t) => format!("full budget expected at {}", hh_mm(t)),
+        None => "no recovery configured".into(),
+    };
+    format!(
+        "AIMD since {}, recovering at {:.2} rps/min, {full}",
+        hh_mm(o.since),
+        o.rps_per_minute
+    )
+}
+
+fn card(v: PoolView, aimd: Option<String>) -> PoolCard {
     let rows: Vec<GroupRow> = v
         .groups
         .iter()
@@ -111,6 +133,7 @@ fn card(v: PoolView) -> PoolCard {
         stretched: rows.iter().filter(|r| r.stretched).count(),
         rows,
         v,
+        aimd,
     }
 }
 
@@ -119,7 +142,16 @@ pub async fn page(State(app): State<AppState>, session: Session, QueryParams(q):
     if q.format == Format::Json {
         return Json(doc).into_response();
     }
-    let cards = doc.pools.iter().cloned().map(card).collect();
+    let outlook = app.engine.aimd_outlook(app.engine.now());
+    let cards = doc
+        .pools
+        .iter()
+        .cloned()
+        .map(|v| {
+            let aimd = outlook.get(&v.name).map(aimd_line);
+            card(v, aimd)
+        })
+        .collect();
     StatusPage {
         layout: layout(
             &session,
@@ -132,4 +164,26 @@ pub async fn page(State(app): State<AppState>, session: Session, QueryParams(q):
         cards,
     }
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::aimd::Outlook;
+    use crate::model::Timestamp;
+
+    #[test]
+    fn the_aimd_line_says_since_when_how_fast_and_when_the_budget_is_back() {
+        let o = Outlook {
+            since: Timestamp(1_796_013_600_123), // 04:40 UTC
+            rps_per_minute: 1.6,
+            full_at: Some(Timestamp(1_796_013_600_123 + 42 * 60_000)),
+        };
+        assert_eq!(
+            aimd_line(&o),
+            "AIMD since 04:40 UTC, recovering at 1.60 rps/min, full budget expected at 05:22 UTC"
+        );
+        let o = Outlook { full_at: None, ..o };
+        assert!(aimd_line(&o).ends_with("no recovery configured"));
+    }
 }

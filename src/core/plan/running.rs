@@ -1,0 +1,119 @@
+//! The intervals priority 1 and 2 groups really run at, so the plan counts
+//! their demand as it is and not at their floors: adaptive polling runs a
+//! group whose data does not change at its base interval (never slower),
+//! and that may be twice its floor.
+//!
+//! Each task's interval is the larger of its planned interval and its
+//! adaptive interval, whose state is already smoothed (0.6 × target + 0.4
+//! × previous, once per poll), so a group's figure moves gently.
+
+use crate::core::aimd::RESOLVE_HYSTERESIS;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Pool → `(type, group)` → the interval the group runs at, in seconds.
+pub type RunningIntervals = BTreeMap<String, BTreeMap<(String, String), f64>>;
+
+/// One task, as [`running_intervals`] counts it.
+#[derive(Debug, Clone, Copy)]
+pub struct RunningTask<'a> {
+    pub pool: &'a str,
+    pub type_name: &'a str,
+    pub group: &'a str,
+    /// Requests one execution costs.
+    pub cost: f64,
+    /// The interval the task is on now.
+    pub interval: Duration,
+}
+
+/// Each group's interval such that its summed cost over that interval is
+/// the demand its tasks really make: `Σ cost / Σ (cost / interval)`.
+/// Tasks with no cost or no interval are left out.
+pub fn running_intervals<'a>(tasks: impl IntoIterator<Item = RunningTask<'a>>) -> RunningIntervals {
+    let mut sums: BTreeMap<(&str, &str, &str), (f64, f64)> = BTreeMap::new();
+    for t in tasks {
+        let iv = t.interval.as_secs_f64();
+        if !(t.cost > 0.0 && iv > 0.0) {
+            continue;
+        }
+        let e = sums.entry((t.pool, t.type_name, t.group)).or_insert((0.0, 0.0));
+        e.0 += t.cost;
+        e.1 += t.cost / iv;
+    }
+    let mut out = RunningIntervals::new();
+    for ((pool, ty, group), (cost, demand)) in sums {
+        out.entry(pool.to_string())
+            .or_default()
+            .insert((ty.to_string(), group.to_string()), cost / demand);
+    }
+    out
+}
+
+/// A group's running demand moved by more than [`RESOLVE_HYSTERESIS`]
+/// (20 %) since `then`, or a group came or went: time to re-plan.
+pub fn running_moved(then: &RunningIntervals, now: &RunningIntervals) -> bool {
+    if then.len() != now.len() {
+        return true;
+    }
+    then.iter().zip(now).any(|((pa, ga), (pb, gb))| {
+        pa != pb
+            || ga.len() != gb.len()
+            || ga.iter().zip(gb).any(|((ka, a), (kb, b))| {
+                // Demand goes as 1 / interval.
+                ka != kb || (a / b - 1.0).abs() > RESOLVE_HYSTERESIS
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn task(group: &str, cost: f64, secs: u64) -> RunningTask<'_> {
+        RunningTask {
+            pool: "org",
+            type_name: "net",
+            group,
+            cost,
+            interval: Duration::from_secs(secs),
+        }
+    }
+
+    #[test]
+    fn a_group_runs_at_the_interval_that_gives_its_tasks_summed_demand() {
+        // Two tasks at 10 s and one at 5 s: 0.4 rps for 3 requests a cycle, 7.5 s.
+        let r = running_intervals([task("status", 1.0, 10), task("status", 1.0, 10), task("status", 1.0, 5)]);
+        let status = r["org"][&("net".to_string(), "status".to_string())];
+        assert!((status - 7.5).abs() < 1e-12, "{status}");
+        // Costless tasks are left out.
+        let r = running_intervals([task("devices", 0.0, 30)]);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_move_of_more_than_twenty_percent_re_plans() {
+        let at = |secs: u64| running_intervals([task("status", 1.0, secs)]);
+        assert!(!running_moved(&at(10), &at(10)));
+        assert!(!running_moved(&at(10), &at(9)));
+        assert!(running_moved(&at(10), &at(5)));
+        assert!(running_moved(&at(10), &RunningIntervals::new()));
+    }
+
+    proptest! {
+        /// The running interval lies between the group's shortest and longest task interval, and the
+        /// group's demand at it is the sum of its tasks' demands.
+        #[test]
+        fn the_running_interval_keeps_the_demand(tasks in proptest::collection::vec((0.1f64..5.0, 1u64..600), 1..40)) {
+            let list: Vec<RunningTask<'_>> = tasks.iter().map(|&(c, s)| task("g", c, s)).collect();
+            let r = running_intervals(list.iter().copied());
+            let iv = r["org"][&("net".to_string(), "g".to_string())];
+            let lo = tasks.iter().map(|t| t.1).min().unwrap_or(0) as f64;
+            let hi = tasks.iter().map(|t| t.1).max().unwrap_or(0) as f64;
+            prop_assert!(iv >= lo * (1.0 - 1e-9) && iv <= hi * (1.0 + 1e-9));
+            let cost: f64 = tasks.iter().map(|t| t.0).sum();
+            let demand: f64 = tasks.iter().map(|t| t.0 / t.1 as f64).sum();
+            prop_assert!((cost / iv - demand).abs() <= 1e-9 * demand.max(1.0));
+        }
+    }
+}

@@ -1,0 +1,515 @@
+//! Scheduling quality against a rate-limited org API (issue #16), on paused
+//! time: the whole appliance in process, its polls answered by a fake org
+//! API with one token bucket (10 rps, burst 10, 429 with `Retry-After: 1`
+//! when empty) that another integration drains too. 18 instances of a
+//! four-group type (status p1, devices p2, health p3, inventory p4) whose
+//! floors demand 150 % of the plan target share one pool of 10 rps × 0.8.
+//!
+//! - **A, a lone 429**: the other integration spends 2 rps, and once empties
+//!   the whole bucket. At most one 429, none from the cold start; no
+//!   priority 3/4 group unpolled for longer than max(3 × its planned
+//!   interval, 2 min); the budget back to 90 % of the share within 5 min.
+//! - **B, sustained overload**: the other integration spends 6 rps. 429s
+//!   stop within 5 minutes; priority 1/2 tasks are never stale; the pool
+//!   sheds what it must. A restart under B causes no 429 storm.
+
+use pollster::app::Application;
+use pollster::config;
+use pollster::engine::EngineHandle;
+use pollster::engine::ports::{Fetch, Ports};
+use pollster::model::{
+    BaseUrl, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
+    Profile, Timestamp, TypeDef,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const START: Timestamp = Timestamp(1_790_000_000_000);
+const POOL: &str = "org";
+const INSTANCES: usize = 18;
+/// The pool's share of the org's rate: 10 rps × 0.8.
+const SHARE_RPS: f64 = 8.0;
+/// `(group, priority, floor in seconds)`: at the floors, 18 × (1/5 + 1/30 +
+/// 1/6 + 1/15) = 8.4 rps, 150 % of the plan target (8 rps × 0.7).
+const GROUPS: [(&str, u8, u64); 4] = [
+    ("status", 1, 5),
+    ("devices", 2, 30),
+    ("health", 3, 6),
+    ("inventory", 4, 15),
+];
+/// The org's bucket, in thousandths of a request.
+const ORG_RATE_PER_MS: i64 = 10; // 10 rps
+const ORG_BURST: i64 = 10_000; // 10 requests
+const REQUEST: i64 = 1_000;
+/// How long the other integration's one burst in scenario A keeps the
+/// org's bucket empty.
+const DRAIN_MS: u64 = 500;
+
+/// One request the org API answered.
+#[derive(Debug, Clone)]
+struct Call {
+    instance: String,
+    group: String,
+    /// Milliseconds after the run's origin.
+    at_ms: u64,
+    limited: bool,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: i64,
+    at_ms: u64,
+    next_other_ms: u64,
+    /// When the other integration empties the whole bucket once (scenario A),
+    /// for [`DRAIN_MS`], every 10 ms.
+    drain_at_ms: Option<u64>,
+    draining: u64,
+}
+
+impl Bucket {
+    fn refill(&mut self, to_ms: u64) {
+        if to_ms > self.at_ms {
+            self.tokens = (self.tokens + (to_ms - self.at_ms) as i64 * ORG_RATE_PER_MS).min(ORG_BURST);
+            self.at_ms = to_ms;
+        }
+    }
+
+    /// Run the other integration's requests up to `to_ms`, then refill.
+    fn advance(&mut self, to_ms: u64, other_period_ms: u64) {
+        loop {
+            let next = match self.drain_at_ms {
+                Some(d) if d < self.next_other_ms => d,
+                _ => self.next_other_ms,
+            };
+            if next > to_ms {
+                break;
+            }
+            self.refill(next);
+            if self.drain_at_ms == Some(next) {
+                // For DRAIN_MS the other integration takes every token.
+                self.tokens = 0;
+                self.drain_at_ms = (self.draining < DRAIN_MS).then_some(next + 10);
+                self.draining += 10;
+            } else {
+                if self.tokens >= REQUEST {
+                    self.tokens -= REQUEST;
+                }
+                self.next_other_ms += other_period_ms;
+            }
+        }
+        self.refill(to_ms);
+    }
+}
+
+/// The fake org API: one token bucket shared with another integration,
+/// modelled on tokio's clock (its requests are played when Pollster asks).
+struct OrgApi {
+    origin: Instant,
+    other_period_ms: u64,
+    bucket: Mutex<Bucket>,
+    calls: Mutex<Vec<Call>>,
+    changes: AtomicU64,
+}
+
+impl OrgApi {
+    fn new(origin: Instant, other_rps: u64, drain_at: Option<Duration>) -> Arc<OrgApi> {
+        Arc::new(OrgApi {
+            origin,
+            other_period_ms: 1000 / other_rps,
+            bucket: Mutex::new(Bucket {
+                tokens: ORG_BURST,
+                at_ms: 0,
+                next_other_ms: 0,
+                drain_at_ms: drain_at.map(|d| d.as_millis() as u64),
+                draining: 0,
+            }),
+            calls: Mutex::new(Vec::new()),
+            changes: AtomicU64::new(1_000),
+        })
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().expect("lock").clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Fetch for OrgApi {
+    async fn fetch(
+        &self,
+        instance: &InstanceConfig,
+        _base: Option<&BaseUrl>,
+        group: &GroupDef,
+        _items: &[String],
+    ) -> PollResult {
+        let at_ms = (Instant::now() - self.origin).as_millis() as u64;
+        let limited = {
+            let mut b = self.bucket.lock().expect("lock");
+            b.advance(at_ms, self.other_period_ms);
+            if b.tokens >= REQUEST {
+                b.tokens -= REQUEST;
+                false
+            } else {
+                true
+            }
+        };
+        self.calls.lock().expect("lock").push(Call {
+            instance: instance.name.to_string(),
+            group: group.name.clone(),
+            at_ms,
+            limited,
+        });
+        if limited {
+            return Err(PollError {
+                status: Some(429),
+                retry_after: Some(Duration::from_secs(1)),
+                ..PollError::new(ErrorCategory::Transient, ErrorKind::RateLimited, "HTTP 429")
+            });
+        }
+        // Status changes every 2 minutes (adaptive polling goes towards its
+        // minimum, then back to base), devices never; health and inventory
+        // change at every poll (so they run at their planned intervals).
+        let digest = match group.name.as_str() {
+            "status" => at_ms / 120_000 + 1,
+            "devices" => 1,
+            _ => self.changes.fetch_add(1, Ordering::Relaxed),
+        };
+        Ok(PollSuccess {
+            status: 200,
+            digest,
+            body_bytes: 2,
+            ..Default::default()
+        })
+    }
+}
+
+/// The appliance on paused time; stopped with [`Engine::stop`].
+struct Engine {
+    shared: EngineHandle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Engine {
+    async fn start(dir: &std::path::Path, origin: Instant, api: Arc<OrgApi>) -> Engine {
+        let mut c = config::load(None, &BTreeMap::new()).expect("defaults");
+        c.server.data_dir = dir.to_path_buf();
+        c.monitoring_file.scheduler.profile = Some(Profile::Full);
+        c.types.push(TypeDef {
+            name: "net".into(),
+            groups: GROUPS
+                .iter()
+                .map(|(name, priority, floor)| {
+                    GroupDef::new(name, &format!("/{name}"), *priority, Duration::from_secs(*floor))
+                })
+                .collect(),
+        });
+        c.budgets.push(BudgetConfig {
+            name: POOL.into(),
+            requests_per_second: 10.0,
+            shared_fraction: 0.8,
+            burst: 10,
+        });
+        c.instances = (0..INSTANCES)
+            .map(|i| InstanceConfig {
+                budget: Some(POOL.to_string()),
+                ..InstanceConfig::new(&format!("net-{i:02}"), "net", "http://org.invalid/")
+            })
+            .collect();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let ports = Ports::paused(START.plus(Instant::now() - origin), 7, api);
+        let app = Application::build_with_ports(c, listener, metrics, ports)
+            .await
+            .expect("app builds");
+        let shared = app.engine();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            app.run_until_stopped(async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("runs");
+        });
+        Engine {
+            shared,
+            stop: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    async fn stop(self) {
+        let Engine { shared, stop, server } = self;
+        drop(shared);
+        let _ = stop.map(|tx| tx.send(()));
+        if let Some(s) = server {
+            let _ = s.await;
+        }
+    }
+}
+
+/// What the run looked like, second by second.
+#[derive(Debug, Default)]
+struct Sample {
+    at_s: u64,
+    effective_rps: f64,
+    /// Planned interval of each group (`None` while shed).
+    planned: BTreeMap<String, Option<f64>>,
+    over_budget: bool,
+}
+
+/// Run `seconds` of the engine, sampling the pool every second.
+async fn run(e: &Engine, origin: Instant, seconds: u64) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    for _ in 0..seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = START.plus(Instant::now() - origin);
+        let reading = e.shared.plan_reading(now);
+        let (status, effective) = reading.pools.iter().find(|(p, _)| p.name == POOL).expect("pool");
+        samples.push(Sample {
+            at_s: now.since(START).as_secs(),
+            effective_rps: *effective,
+            planned: status
+                .plan
+                .groups
+                .iter()
+                .map(|g| (g.name.clone(), (!g.shed).then_some(g.interval_s)))
+                .collect(),
+            over_budget: status.plan.over_budget,
+        });
+    }
+    samples
+}
+
+/// The figures the goals are stated in.
+#[derive(Debug)]
+struct Figures {
+    /// Times of the 429s, ms after the origin.
+    limited_ms: Vec<u64>,
+    /// 429s in each minute.
+    per_minute: Vec<usize>,
+    /// Per group: the longest time any of its tasks went without a
+    /// successful poll (from `from_ms` to `to_ms`, ends included), seconds.
+    longest_gap_s: BTreeMap<String, f64>,
+    /// Requests per second Pollster sent, per minute.
+    sent_rps: Vec<f64>,
+}
+
+fn figures(calls: &[Call], from_ms: u64, to_ms: u64) -> Figures {
+    let calls: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.at_ms >= from_ms && c.at_ms <= to_ms)
+        .collect();
+    let minutes = (to_ms - from_ms).div_ceil(60_000) as usize;
+    let mut per_minute = vec![0; minutes];
+    let mut sent = vec![0usize; minutes];
+    let mut limited_ms = Vec::new();
+    let mut successes: HashMap<(&str, &str), Vec<u64>> = HashMap::new();
+    for c in &calls {
+        let m = (((c.at_ms - from_ms) / 60_000) as usize).min(minutes - 1);
+        sent[m] += 1;
+        if c.limited {
+            per_minute[m] += 1;
+            limited_ms.push(c.at_ms);
+        } else {
+            successes.entry((&c.instance, &c.group)).or_default().push(c.at_ms);
+        }
+    }
+    let mut longest_gap_s: BTreeMap<String, f64> = BTreeMap::new();
+    for (group, _, _) in GROUPS {
+        let mut worst = 0;
+        for i in 0..INSTANCES {
+            let instance = format!("net-{i:02}");
+            let mut times = vec![from_ms];
+            times.extend(successes.get(&(instance.as_str(), group)).into_iter().flatten());
+            times.push(to_ms);
+            worst = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0).max(worst);
+        }
+        longest_gap_s.insert(group.to_string(), worst as f64 / 1000.0);
+    }
+    Figures {
+        limited_ms,
+        per_minute,
+        longest_gap_s,
+        sent_rps: sent.iter().map(|n| *n as f64 / 60.0).collect(),
+    }
+}
+
+/// `SCHEDULING_DUMP=FROM-TO` (ms) prints the org API's calls in that window.
+fn dump(calls: &[Call]) {
+    let Ok(window) = std::env::var("SCHEDULING_DUMP") else {
+        return;
+    };
+    let Some((from, to)) = window.split_once('-') else {
+        return;
+    };
+    let (from, to): (u64, u64) = (from.parse().unwrap_or(0), to.parse().unwrap_or(0));
+    for c in calls.iter().filter(|c| c.at_ms >= from && c.at_ms <= to) {
+        eprintln!(
+            "{:>7} {} {:<9} {}",
+            c.at_ms,
+            c.instance,
+            c.group,
+            if c.limited { "429" } else { "" }
+        );
+    }
+}
+
+fn report(name: &str, f: &Figures, samples: &[Sample]) {
+    let budget: Vec<String> = samples
+        .iter()
+        .filter(|s| s.at_s % 30 == 0)
+        .map(|s| format!("{}s:{:.2}", s.at_s, s.effective_rps))
+        .collect();
+    let shed: BTreeMap<&str, usize> = GROUPS
+        .iter()
+        .map(|(g, _, _)| (*g, samples.iter().filter(|s| s.planned.get(*g) == Some(&None)).count()))
+        .collect();
+    eprintln!(
+        "{name}: 429s {} at {:?} ms; per minute {:?}; sent rps per minute {:.2?}; longest gap (s) {:?}; \
+         seconds shed {:?}; effective budget {}",
+        f.limited_ms.len(),
+        f.limited_ms,
+        f.per_minute,
+        f.sent_rps,
+        f.longest_gap_s,
+        shed,
+        budget.join(" ")
+    );
+}
+
+/// The largest planned interval a group had while it was not shed (its
+/// floor if it never had one).
+fn largest_planned(samples: &[Sample], group: &str) -> f64 {
+    let floor = GROUPS.iter().find(|g| g.0 == group).map(|g| g.2 as f64).unwrap_or(0.0);
+    samples
+        .iter()
+        .filter_map(|s| s.planned.get(group).copied().flatten())
+        .fold(floor, f64::max)
+}
+
+fn assert_priority_1_and_2_never_stale(f: &Figures) {
+    // Stale: older than max(3 × interval, 2 min); status runs at ≤ 10 s and
+    // devices at 30 s, so 2 minutes is the bound of both.
+    for g in ["status", "devices"] {
+        assert!(
+            f.longest_gap_s[g] <= 120.0,
+            "{g} went {} s without a successful poll",
+            f.longest_gap_s[g]
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_429_costs_no_priority_3_or_4_data_and_the_budget_comes_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origin = Instant::now();
+    // The other integration spends 2 rps, and at 2 minutes takes the whole
+    // bucket for half a second.
+    let api = OrgApi::new(origin, 2, Some(Duration::from_secs(120)));
+    let e = Engine::start(dir.path(), origin, api.clone()).await;
+    let samples = run(&e, origin, 9 * 60).await;
+    e.stop().await;
+    let f = figures(&api.calls(), 0, 9 * 60_000);
+    report("scenario A", &f, &samples);
+
+    assert!(
+        f.limited_ms.iter().all(|&t| t >= 120_000),
+        "the cold start drew 429s: {:?}",
+        f.limited_ms
+    );
+    assert!(f.limited_ms.len() <= 1, "more than one 429: {:?}", f.limited_ms);
+    for g in ["health", "inventory"] {
+        let bound = (3.0 * largest_planned(&samples, g)).max(120.0);
+        assert!(
+            f.longest_gap_s[g] <= bound,
+            "{g} went {} s without a poll (bound {bound} s)",
+            f.longest_gap_s[g]
+        );
+    }
+    assert_priority_1_and_2_never_stale(&f);
+    if let Some(&last) = f.limited_ms.last() {
+        let by = last / 1000 + 5 * 60;
+        let back = samples
+            .iter()
+            .find(|s| s.at_s > last / 1000 && s.effective_rps >= 0.9 * SHARE_RPS)
+            .map(|s| s.at_s);
+        assert!(
+            back.is_some_and(|t| t <= by),
+            "the budget was not back to 90 % of the share by {by} s (back at {back:?})"
+        );
+    }
+}
+
+/// Scenario B's checks on a run of `minutes` from `from_ms`.
+fn assert_overload_settles(f: &Figures, samples: &[Sample]) {
+    assert!(
+        f.per_minute.iter().skip(5).all(|&n| n == 0),
+        "429s still come after 5 minutes: {:?}",
+        f.per_minute
+    );
+    assert_priority_1_and_2_never_stale(f);
+    // The pool sheds (or stretches) what it must: at the end Pollster sends
+    // no more than the 4 rps the org has left for it.
+    let last = samples.last().expect("samples");
+    let stretched_or_shed = ["health", "inventory"].iter().any(|g| {
+        let floor = GROUPS.iter().find(|x| x.0 == *g).map(|x| x.2 as f64).unwrap_or(0.0);
+        last.planned[*g].is_none_or(|iv| iv > floor)
+    });
+    assert!(stretched_or_shed, "nothing stretched or shed under overload");
+    assert!(
+        f.sent_rps.last().is_some_and(|r| *r <= 4.0),
+        "sending {:?} rps per minute with 4 rps left",
+        f.sent_rps
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_sustained_overload_429s_stop_within_five_minutes_and_priority_1_and_2_stay_fresh() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origin = Instant::now();
+    let api = OrgApi::new(origin, 6, None);
+    let e = Engine::start(dir.path(), origin, api.clone()).await;
+    let samples = run(&e, origin, 9 * 60).await;
+    e.stop().await;
+    dump(&api.calls());
+    let f = figures(&api.calls(), 0, 9 * 60_000);
+    report("scenario B", &f, &samples);
+    assert_overload_settles(&f, &samples);
+    assert!(
+        samples.iter().any(|s| s.over_budget),
+        "the pool never said it was over budget"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_under_sustained_overload_resumes_aimd_without_a_429_storm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origin = Instant::now();
+    let api = OrgApi::new(origin, 6, None);
+    let e = Engine::start(dir.path(), origin, api.clone()).await;
+    run(&e, origin, 6 * 60).await;
+    let before = e.shared.pool_effective_rps(POOL);
+    e.stop().await;
+    let restarted_ms = (Instant::now() - origin).as_millis() as u64;
+    let e = Engine::start(dir.path(), origin, api.clone()).await;
+    let after = e.shared.pool_effective_rps(POOL);
+    let samples = run(&e, origin, 3 * 60).await;
+    e.stop().await;
+    let f = figures(&api.calls(), restarted_ms, restarted_ms + 3 * 60_000);
+    report("scenario B after a restart", &f, &samples);
+    assert!(
+        (after - before).abs() < 0.01 * SHARE_RPS,
+        "the effective budget was {before} rps before the restart and {after} rps after it"
+    );
+    assert!(
+        f.per_minute[0] <= 2,
+        "{} 429s in the first minute after the restart: {:?}",
+        f.per_minute[0],
+        f.limited_ms
+    );
+}
