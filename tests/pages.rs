@@ -455,25 +455,6 @@ async fn the_sink_page_hides_secrets_validates_and_turns_the_sink_on_and_off() {
     app.stop().await;
 }
 
-/// A type whose one group reads the fleet's healthy body
-/// `{"instance": NAME, "status": "ok"}` into `fleet_up{name=NAME} 1`, and
-/// a counter from a field that body lacks (skipped as `missing`); it keeps
-/// its body.
-fn valued_type() -> pollster::model::TypeDef {
-    let mut g = pollster::model::GroupDef::new("probe", "", 1, Duration::from_millis(100));
-    g.keep_body = true;
-    for rule in [
-        "metric = \"fleet_up\"\nhelp = \"The target answers ok\"\nvalue = \"/status\"\nmap = { ok = 1 }\nmap_default = 0\nlabels = { name = \"/instance\" }",
-        "metric = \"fleet_requests_total\"\nhelp = \"Requests the target has answered\"\nkind = \"counter\"\nvalue = \"/seq\"",
-    ] {
-        g.values.push(toml::from_str(rule).expect("rule"));
-    }
-    pollster::model::TypeDef {
-        name: "valued".into(),
-        groups: vec![g],
-    }
-}
-
 /// GET `path` until its body contains `needle`; panic with the last body
 /// after `within`.
 async fn wait_page(v: &mut Visitor, path: &str, needle: &str, within: Duration) -> String {
