@@ -372,6 +372,13 @@ async fn values(
                 .into_response();
         }
     };
+    // A million samples is a render of about half a second and 80 MB:
+    // scrapes beyond two at a time wait their turn, so a client looping on
+    // the (unauthenticated) listener cannot multiply the memory or the CPU.
+    static RENDERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+    let Ok(_turn) = RENDERS.acquire().await else {
+        return error::ApiError::internal("the render semaphore is closed").into_response();
+    };
     let engine = app.engine.clone();
     let name = instance.clone();
     match tokio::task::spawn_blocking(move || engine.values_exposition(name.as_deref())).await {
