@@ -126,7 +126,7 @@ mod tests {
                 if let Some(f) = &g.fan_out {
                     let src = t.groups.iter().find(|o| &o.name == f).unwrap();
                     assert!(
-                        src.item_field.is_some(),
+                        src.item_field.is_some() || !src.item_fields.is_empty(),
                         "{}.{}: {f:?} lacks item_field",
                         t.name,
                         g.name
@@ -205,35 +205,139 @@ mod tests {
             t.groups.iter_mut().find(|g| g.name == name).unwrap()
         }
         type Spoil = fn(&mut TypeDef);
-        let broken: [(&str, Spoil); 9] = [
-            ("fan_out path without {item}", |t| {
-                grp(t, "node_status").path = "/api2/json/nodes".into()
-            }),
-            ("{item} without fan_out", |t| {
-                grp(t, "version").path = "/api2/json/{item}".into()
-            }),
-            ("unknown fan_out", |t| {
-                grp(t, "node_status").fan_out = Some("nope".into())
-            }),
-            ("enabled_when without shape", |t| {
-                grp(t, "ha_status").enabled_when = Some("version".into())
-            }),
-            ("item_field without shape", |t| {
-                grp(t, "version").item_field = Some("x".into())
-            }),
-            ("relative shape_from", |t| {
-                grp(t, "nodes").shape_from = Some("data".into())
-            }),
-            ("priority 5", |t| grp(t, "version").priority = 5),
-            ("zero cost", |t| grp(t, "version").cost = 0.0),
-            ("duplicate name", |t| grp(t, "cluster_status").name = "version".into()),
+        // (what, the change, a part of the error that names the key)
+        let broken: [(&str, Spoil, &str); 20] = [
+            (
+                "fan_out path without {item}",
+                |t| grp(t, "node_status").path = "/api2/json/nodes".into(),
+                "path",
+            ),
+            (
+                "{item} without fan_out",
+                |t| grp(t, "version").path = "/api2/json/{item}".into(),
+                "only allowed with fan_out",
+            ),
+            (
+                "{item.node} without fan_out",
+                |t| grp(t, "version").path = "/api2/json/{item.node}".into(),
+                "only allowed with fan_out",
+            ),
+            (
+                "unknown fan_out",
+                |t| grp(t, "node_status").fan_out = Some("nope".into()),
+                "fan_out",
+            ),
+            (
+                "enabled_when without shape",
+                |t| grp(t, "ha_status").enabled_when = Some("version".into()),
+                "enabled_when",
+            ),
+            (
+                "item_field without shape",
+                |t| grp(t, "version").item_field = Some("x".into()),
+                "item_field",
+            ),
+            (
+                "item_fields without shape",
+                |t| grp(t, "version").item_fields = vec!["x".into()],
+                "item_fields",
+            ),
+            (
+                "item_field and item_fields",
+                |t| grp(t, "resources").item_field = Some("id".into()),
+                "not both",
+            ),
+            (
+                "an item field named twice",
+                |t| grp(t, "resources").item_fields = vec!["node".into(), "node".into()],
+                "listed twice",
+            ),
+            (
+                "{item} over items with fields",
+                |t| grp(t, "guest_config").path = "/api2/json/nodes/{item}/config".into(),
+                "{item.FIELD}",
+            ),
+            (
+                "{item.FIELD} the items lack",
+                |t| grp(t, "guest_config").path = "/api2/json/nodes/{item.name}/config".into(),
+                "{item.name}",
+            ),
+            (
+                "{item.FIELD} over one-field items",
+                |t| grp(t, "node_status").path = "/api2/json/nodes/{item.node}/status".into(),
+                "write {item}",
+            ),
+            (
+                "@item.FIELD the items lack",
+                |t| {
+                    let g = grp(t, "guest_config");
+                    g.values[0].labels.insert("node".into(), "@item.name".into());
+                },
+                "values[0].labels.node",
+            ),
+            (
+                "@item.FIELD without fan_out",
+                |t| {
+                    let g = grp(t, "backup_info");
+                    g.values[1].labels.insert("x".into(), "@item.node".into());
+                },
+                "no fan_out",
+            ),
+            (
+                "@fact.NAME no group gives",
+                |t| {
+                    let g = grp(t, "backup_info");
+                    g.values[0].labels.insert("id".into(), "cluster/{@fact.name}".into());
+                },
+                "@fact.name",
+            ),
+            (
+                "a fact two groups give",
+                |t| {
+                    grp(t, "version").facts.insert("cluster".into(), "/data/release".into());
+                },
+                "one group gives each fact",
+            ),
+            (
+                "a fact from a fan-out",
+                |t| {
+                    grp(t, "node_status").facts.insert("x".into(), "/data".into());
+                },
+                "fan_out group cannot give facts",
+            ),
+            (
+                "a fact with a bad pointer",
+                |t| {
+                    grp(t, "version").facts.insert("x".into(), "data".into());
+                },
+                "facts.x",
+            ),
+            (
+                "relative shape_from",
+                |t| grp(t, "nodes").shape_from = Some("data".into()),
+                "shape_from",
+            ),
+            (
+                "duplicate name",
+                |t| grp(t, "cluster_status").name = "version".into(),
+                "duplicate group name",
+            ),
         ];
         assert!(check(&base).is_ok());
-        for (what, spoil) in broken {
+        for (what, spoil, names) in broken {
             let mut t = base.clone();
             spoil(&mut t);
-            assert!(check(&t).is_err(), "check accepted: {what}");
+            match check(&t) {
+                Ok(()) => panic!("check accepted: {what}"),
+                Err(e) => assert!(e.contains(names), "{what}: {e:?} does not say {names:?}"),
+            }
         }
+        let mut t = base.clone();
+        grp(&mut t, "version").priority = 5;
+        assert!(check(&t).is_err(), "priority 5");
+        grp(&mut t, "version").priority = 1;
+        grp(&mut t, "version").cost = 0.0;
+        assert!(check(&t).is_err(), "zero cost");
     }
 
     #[test]

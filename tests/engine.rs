@@ -664,3 +664,125 @@ async fn values_are_served_while_fresh_and_vanish_when_stale_or_dead_lettered_an
     assert!(e.shared.latest().values_of(&TaskKey::new("a", "probe")).is_none());
     e.stop().await;
 }
+
+/// Answers a two-group type: `site` gives the fact `site` (failing while
+/// `site_down` is set), `count` a body its rule labels with that fact.
+#[derive(Default)]
+struct FactFetch {
+    site_down: AtomicBool,
+    calls: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Fetch for FactFetch {
+    async fn fetch(
+        &self,
+        _instance: &InstanceConfig,
+        _base: Option<&BaseUrl>,
+        group: &GroupDef,
+        _items: &[String],
+    ) -> PollResult {
+        self.calls.lock().expect("lock").push(group.name.clone());
+        match group.name.as_str() {
+            "site" if self.site_down.load(Ordering::SeqCst) => {
+                Err(error(ErrorCategory::Transient, ErrorKind::Http, 500))
+            }
+            "site" => Ok(PollSuccess {
+                status: 200,
+                facts: Some(BTreeMap::from([("site".to_string(), "berlin".to_string())])),
+                ..Default::default()
+            }),
+            _ => Ok(PollSuccess {
+                status: 200,
+                json: Some(Polled::One(serde_json::json!({"n": 3}))),
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn samples_that_name_a_fact_wait_for_it_without_another_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = config::load(None, &BTreeMap::new()).expect("defaults");
+    c.server.data_dir = dir.path().to_path_buf();
+    c.monitoring_file.adaptive.enabled = false;
+    c.monitoring_file.failure.backoff_initial = Duration::from_secs(1);
+    c.monitoring_file.failure.backoff_jitter = 0.0;
+    let mut site = GroupDef::new("site", "/site", 1, Duration::from_secs(60));
+    site.facts.insert("site".into(), "/name".into());
+    let mut count = GroupDef::new("count", "/count", 1, Duration::from_secs(600));
+    count.values.push(
+        toml::from_str::<ValueRule>(
+            "metric = \"f_items\"\nhelp = \"Items\"\nvalue = \"/n\"\nlabels = { site = \"{@fact.site}\" }",
+        )
+        .expect("rule"),
+    );
+    c.types.push(TypeDef {
+        name: "f".into(),
+        groups: vec![site, count],
+    });
+    c.instances = vec![InstanceConfig::new("x", "f", "http://scripted.invalid/")];
+    let fetch = Arc::new(FactFetch::default());
+    fetch.site_down.store(true, Ordering::SeqCst);
+    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let ports = Ports::paused(START, 7, fetch.clone());
+    let app = Application::build_with_ports(c, api, metrics, ports)
+        .await
+        .expect("app builds");
+    let shared = app.engine();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        app.run_until_stopped(async {
+            let _ = rx.await;
+        })
+        .await
+        .expect("runs");
+    });
+    let count_calls = || {
+        fetch
+            .calls
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|g| *g == "count")
+            .count()
+    };
+
+    // The cold start polls both; the site is down, so the count's sample
+    // waits (counted as missing) and nothing is served.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(count_calls(), 1);
+    assert_eq!(shared.values_exposition(Some("x")).expect("x"), "");
+    assert!(shared.latest().facts_of("x").is_none());
+
+    // The site answers at its retry: the waiting sample is served, with
+    // the time of its own poll, and the count group (floor 10 min) is not
+    // asked again.
+    fetch.site_down.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        shared.values_exposition(Some("x")).expect("x"),
+        "# HELP f_items Items\n# TYPE f_items gauge\nf_items{instance=\"x\",site=\"berlin\"} 3\n"
+    );
+    assert_eq!(count_calls(), 1, "no extra request for the waiting group");
+    let v = shared.latest().values_of(&TaskKey::new("x", "count")).expect("values");
+    assert_eq!(v.values.polled_at, START, "recorded at its own poll's time");
+
+    // Later polls read the fact at once.
+    let before = shared.latest().values_of(&TaskKey::new("x", "count")).expect("values");
+    tokio::time::sleep(Duration::from_secs(1800)).await;
+    assert!(count_calls() >= 2);
+    let after = shared.latest().values_of(&TaskKey::new("x", "count")).expect("values");
+    assert!(after.values.polled_at > before.values.polled_at);
+    assert!(
+        shared
+            .values_exposition(Some("x"))
+            .expect("x")
+            .contains("site=\"berlin\"} 3")
+    );
+    drop(shared);
+    let _ = tx.send(());
+    let _ = server.await;
+}

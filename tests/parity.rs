@@ -17,10 +17,9 @@
 //!    by Pollster's own schedule.
 //!
 //! Every difference is named (missing, extra, different value, different
-//! HELP or TYPE). The differences docs/PARITY.md documents are listed in
-//! [`KNOWN_GAPS`] and checked to be exactly those; Pollster's node
-//! collectors cover every node, not only the one the exporter talks to, so
-//! their series for other nodes are the documented superset.
+//! HELP or TYPE). Pollster's node collectors cover every node, not only the
+//! one the exporter talks to, so their series for other nodes are the
+//! documented superset (docs/PARITY.md).
 
 mod common;
 
@@ -39,8 +38,9 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use pollster::fleet::sim::{self, SimApi, pve};
 use pollster::model::{Auth, InstanceConfig, Secret};
+use pollster::poll::shape::{self, ItemNames};
 use pollster::values::exposition::{write_head, write_sample};
-use pollster::values::{Rule, extract};
+use pollster::values::{Context, Extractor, Facts, Rule};
 use serde_json::Value;
 
 /// The simulation tick both pollers see.
@@ -54,10 +54,6 @@ const USER: &str = "monitor@pve";
 const TOKEN_ID: &str = "pollster";
 const SECRET: &str = "3f1c9a52-7d0e-4b8f-9e61-parity";
 const INSTANCE: &str = "lab";
-
-/// Families the exporter gives and the preset cannot (docs/PARITY.md,
-/// "What the exporter has that Pollster does not").
-const KNOWN_GAPS: &[&str] = &["pve_onboot_status", "pve_not_backed_up_total"];
 
 /// Families of the exporter's node collectors: Pollster gives them for
 /// every node; the exporter for the node it talks to.
@@ -290,6 +286,10 @@ fn other_node_series(key: &SeriesKey) -> bool {
         return false;
     }
     let local = format!("node/{}", pve::LOCAL_NODE);
+    if let Some(node) = key.1.get("node") {
+        // pve_onboot_status: the guest's node.
+        return node != pve::LOCAL_NODE;
+    }
     match (key.1.get("id"), key.1.get("source")) {
         // Replication jobs belong to their source node.
         (_, Some(source)) => *source != local,
@@ -298,22 +298,10 @@ fn other_node_series(key: &SeriesKey) -> bool {
     }
 }
 
-/// Every difference between the exporter's series and Pollster's, named;
-/// the known gaps (whole families Pollster lacks) are returned apart.
-fn differences(exporter: &Exposition, ours: &Exposition) -> (Vec<String>, BTreeSet<String>) {
+/// Every difference between the exporter's series and Pollster's, named.
+fn differences(exporter: &Exposition, ours: &Exposition) -> Vec<String> {
     let mut diffs = Vec::new();
-    let mut gaps = BTreeSet::new();
     for (key, value) in &exporter.series {
-        if KNOWN_GAPS.contains(&key.0.as_str()) {
-            gaps.insert(key.0.clone());
-            if ours.series.contains_key(key) {
-                diffs.push(format!(
-                    "{} is listed as a known gap but Pollster gives it: update KNOWN_GAPS and docs/PARITY.md",
-                    show(key)
-                ));
-            }
-            continue;
-        }
         match ours.series.get(key) {
             None => diffs.push(format!("missing: {} {value}", show(key))),
             Some(v) if !same_value(*v, *value) => {
@@ -343,7 +331,7 @@ fn differences(exporter: &Exposition, ours: &Exposition) -> (Vec<String>, BTreeS
             }
         }
     }
-    (diffs, gaps)
+    diffs
 }
 
 // ---------------------------------------------------------------- exporter
@@ -391,6 +379,9 @@ fn start_exporter(bin: &PathBuf) -> Exporter {
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .env("NO_PROXY", "127.0.0.1,localhost")
         .env("no_proxy", "127.0.0.1,localhost")
+        // The exporter reads a subscription's due date in its local time
+        // zone; Pollster reads dates as UTC (docs/PARITY.md).
+        .env("TZ", "UTC")
         .env_remove("HTTPS_PROXY")
         .env_remove("https_proxy")
         .env_remove("HTTP_PROXY")
@@ -444,15 +435,35 @@ fn pve_type() -> pollster::model::TypeDef {
 }
 
 /// The exposition the preset's rules give for the simulated cluster's
-/// bodies at [`TICK`], as Pollster would serve them (no `instance`).
+/// bodies at [`TICK`], as Pollster would serve them (no `instance`): the
+/// shapes (fan-out items) and facts are read from the bodies first, as the
+/// appliance learns them, then every group's rules run on its body (per
+/// item for a fan-out).
 fn offline_exposition() -> String {
     let ty = pve_type();
-    let nodes: Vec<String> = sim::answer(SimApi::Pve, "/api2/json/nodes", "", TICK).expect("nodes")["data"]
-        .as_array()
-        .expect("node list")
-        .iter()
-        .filter_map(|n| n["node"].as_str().map(String::from))
-        .collect();
+    let body = |path: &str| sim::answer(SimApi::Pve, path, "", TICK);
+    let mut items: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut facts = Facts::new();
+    for group in &ty.groups {
+        let names = if group.item_fields.is_empty() {
+            ItemNames::from(group.item_field.as_deref())
+        } else {
+            ItemNames::Fields(&group.item_fields)
+        };
+        if let (Some(pointer), Some(doc)) = (&group.shape_from, body(&group.path)) {
+            let shape = shape::shape_in(&doc, pointer, names).expect("the shape");
+            items.insert(&group.name, shape.items);
+        }
+        if !group.facts.is_empty() {
+            let doc = body(&group.path).expect("a fact group's body");
+            for (name, pointer) in &group.facts {
+                let v = doc.pointer(pointer).expect("the fact");
+                let mut text = String::new();
+                pollster::values::push_text(v, &mut text);
+                facts.insert(name.clone(), text);
+            }
+        }
+    }
     let mut rules_all: Vec<Rule> = Vec::new();
     let mut samples = Vec::new();
     for (g, group) in ty.groups.iter().enumerate() {
@@ -462,21 +473,29 @@ fn offline_exposition() -> String {
         let rules = group
             .compile_values("pve", &format!("pve.groups[{g}]"))
             .expect("the preset's rules compile");
-        let items: Vec<Option<&str>> = if group.fan_out.is_some() {
-            nodes.iter().map(|n| Some(n.as_str())).collect()
-        } else {
-            vec![None]
+        let runs: Vec<Option<&str>> = match &group.fan_out {
+            Some(source) => items[source.as_str()].iter().map(|i| Some(i.as_str())).collect(),
+            None => vec![None],
         };
-        for item in items {
+        let mut one = Extractor::new(group.max_series);
+        for item in runs {
             let path = match item {
-                Some(i) => group.path.replace("{item}", i),
+                Some(i) => shape::item_path(&group.path, i).expect("an item path"),
                 None => group.path.clone(),
             };
-            let Some(body) = sim::answer(SimApi::Pve, &path, "", TICK) else {
+            let Some(doc) = body(&path) else {
                 continue; // the offline node: the fan-out item fails
             };
-            samples.extend(extract(&rules, &body, item, group.max_series).samples);
+            let cx = Context {
+                item,
+                facts: Some(&facts),
+                ..Context::default()
+            };
+            one.feed_in(&rules, &doc, cx);
         }
+        let out = one.finish();
+        assert!(!out.waiting_for_facts, "group {}: a fact is missing", group.name);
+        samples.extend(out.samples);
         rules_all.extend(rules);
     }
     let mut out = String::new();
@@ -497,10 +516,10 @@ fn offline_exposition() -> String {
     out
 }
 
-fn report(what: &str, exporter: &Exposition, diffs: &[String], gaps: &BTreeSet<String>) {
+fn report(what: &str, exporter: &Exposition, diffs: &[String]) {
     let families: BTreeSet<&str> = exporter.series.keys().map(|k| k.0.as_str()).collect();
     println!(
-        "{what}: compared {} exporter series in {} families; known gaps: {gaps:?}",
+        "{what}: compared {} exporter series in {} families",
         exporter.series.len(),
         families.len()
     );
@@ -509,11 +528,6 @@ fn report(what: &str, exporter: &Exposition, diffs: &[String], gaps: &BTreeSet<S
         "{what}: {} differences from prometheus-pve-exporter:\n  {}",
         diffs.len(),
         diffs.join("\n  ")
-    );
-    let expected: BTreeSet<String> = KNOWN_GAPS.iter().map(|s| s.to_string()).collect();
-    assert_eq!(
-        *gaps, expected,
-        "{what}: the exporter no longer gives every family KNOWN_GAPS lists"
     );
 }
 
@@ -562,8 +576,8 @@ fn the_preset_rules_give_the_recorded_exporter_answer() {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let theirs = parse_exposition(&text);
     let offline = parse_exposition(&offline_exposition());
-    let (diffs, gaps) = differences(&theirs, &offline);
-    report("offline rules vs the recorded exporter answer", &theirs, &diffs, &gaps);
+    let diffs = differences(&theirs, &offline);
+    report("offline rules vs the recorded exporter answer", &theirs, &diffs);
 }
 
 #[test]
@@ -596,7 +610,7 @@ fn differences_are_named() {
         "# HELP pve_up Up!\n# TYPE pve_up gauge\npve_up{instance=\"lab\",id=\"a\"} 0\n\
          pve_up{instance=\"lab\",id=\"c\"} 1\npve_subscription_info{id=\"node/pve2\",level=\"c\"} 1\n",
     );
-    let (diffs, gaps) = differences(&exporter, &ours);
+    let diffs = differences(&exporter, &ours);
     assert!(
         diffs.iter().any(|d| d.starts_with("different value: pve_up{id=\"a\"}")),
         "{diffs:?}"
@@ -613,8 +627,13 @@ fn differences_are_named() {
         diffs.iter().any(|d| d.starts_with("different HELP for pve_up")),
         "{diffs:?}"
     );
-    assert_eq!(diffs.len(), 4, "another node's subscription is the superset: {diffs:?}");
-    assert_eq!(gaps, BTreeSet::from(["pve_not_backed_up_total".to_string()]));
+    assert!(
+        diffs
+            .iter()
+            .any(|d| d.starts_with("missing: pve_not_backed_up_total{id=\"cluster/lab\"}")),
+        "{diffs:?}"
+    );
+    assert_eq!(diffs.len(), 5, "another node's subscription is the superset: {diffs:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -643,8 +662,8 @@ async fn the_pve_preset_gives_what_prometheus_pve_exporter_gives() {
 
     // The preset's rules, offline, on the same bodies.
     let offline = parse_exposition(&offline_exposition());
-    let (diffs, gaps) = differences(&theirs, &offline);
-    report("offline rules", &theirs, &diffs, &gaps);
+    let diffs = differences(&theirs, &offline);
+    report("offline rules", &theirs, &diffs);
 
     // The appliance, polling the same server.
     let app = start_pollster(&upstream).await;
@@ -656,15 +675,15 @@ async fn the_pve_preset_gives_what_prometheus_pve_exporter_gives() {
         let body = r.text().await.unwrap_or_default();
         if status.is_success() {
             let ours = parse_exposition(&body);
-            let (diffs, gaps) = differences(&theirs, &ours);
+            let diffs = differences(&theirs, &ours);
             if diffs.is_empty() {
-                report("/values", &theirs, &diffs, &gaps);
+                report("/values", &theirs, &diffs);
                 // The node collectors' superset: the other online node too.
                 let pve2 = (
                     "pve_subscription_info".to_string(),
                     BTreeMap::from([
                         ("id".to_string(), "node/pve2".to_string()),
-                        ("level".to_string(), "c".to_string()),
+                        ("level".to_string(), "unknown".to_string()),
                     ]),
                 );
                 assert_eq!(
@@ -676,7 +695,7 @@ async fn the_pve_preset_gives_what_prometheus_pve_exporter_gives() {
             }
             if Instant::now() > deadline {
                 panic!(
-                    "/values never matched the exporter (known gaps {gaps:?}); {} differences:\n  {}\n/values was:\n{body}",
+                    "/values never matched the exporter; {} differences:\n  {}\n/values was:\n{body}",
                     diffs.len(),
                     diffs.join("\n  ")
                 );

@@ -214,3 +214,58 @@ fn a_body_that_is_not_json_or_not_there_exits_1() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("cannot read body file") && err.contains(&missing), "{err}");
 }
+
+#[test]
+fn facts_and_items_made_of_fields_are_given_on_the_command_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let body = write(
+        dir.path(),
+        "not-backed-up.json",
+        r#"{"data": [{"type": "lxc", "vmid": 201}, {"type": "qemu", "vmid": 105}]}"#,
+    );
+    let body = body.to_string_lossy();
+    let cfg = fixture("pollster.toml");
+    let base = [
+        "values",
+        "--config",
+        &cfg,
+        "--type",
+        "pve",
+        "--group",
+        "backup_info",
+        "--body",
+        &body,
+    ];
+    let (code, out, err) = run(&[&base[..], &["--fact", "cluster=lab"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("pve_not_backed_up_total{id=\"cluster/lab\"} 2\n"), "{out}");
+    assert!(out.contains("pve_not_backed_up_info{id=\"qemu/105\"} 1\n"), "{out}");
+    promtool::check_metrics(&out);
+
+    // Without the fact: the total waits for it, and stderr says why.
+    let (code, out, err) = run(&base);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("pve_not_backed_up_total"), "{out}");
+    assert!(err.contains("--fact NAME=VALUE"), "{err}");
+    assert!(err.contains("skipped: pve_not_backed_up_total missing 1"), "{err}");
+    let (code, _, err) = run(&[&base[..], &["--fact", "cluster"]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--fact \"cluster\""), "{err}");
+
+    // A guest's config, its item made of node, type and vmid.
+    let config = write(dir.path(), "config.json", r#"{"data": {"onboot": 1, "name": "web"}}"#);
+    let (code, out, err) = values(
+        &cfg,
+        "pve",
+        "guest_config",
+        &config.to_string_lossy(),
+        Some("node=pve1,type=qemu,vmid=100"),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "# HELP pve_onboot_status Proxmox vm config onboot value\n\
+         # TYPE pve_onboot_status gauge\n\
+         pve_onboot_status{id=\"qemu/100\",node=\"pve1\",type=\"qemu\"} 1\n"
+    );
+}

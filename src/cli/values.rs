@@ -4,7 +4,7 @@
 
 use super::{EXIT_CONFIG, EXIT_FAILURE, Failure, checked_config};
 use crate::values::exposition::{write_head, write_sample};
-use crate::values::{Extraction, Rule, Sample, SkipReason, extract};
+use crate::values::{Context, Extraction, Extractor, Facts, Rule, Sample, SkipReason};
 use clap::Args;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -24,9 +24,15 @@ pub struct ValuesArgs {
     /// A response body of that group, as JSON.
     #[arg(long, value_name = "FILE")]
     pub body: PathBuf,
-    /// The fan-out item the body belongs to (what `@item` gives).
+    /// The fan-out item the body belongs to (what `@item` gives); for
+    /// items made of fields, `node=pve1,type=qemu,vmid=100` (what
+    /// `@item.node` … give).
     #[arg(long)]
     pub item: Option<String>,
+    /// An instance fact the rules read as `@fact.NAME`, as NAME=VALUE
+    /// (repeatable).
+    #[arg(long = "fact", value_name = "NAME=VALUE")]
+    pub facts: Vec<String>,
 }
 
 /// What `pollster values` prints.
@@ -93,10 +99,33 @@ pub fn values(args: &ValuesArgs) -> Result<ValuesOutput, Failure> {
     let body: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| failure(format!("body file {path} is not JSON: {e}")))?;
 
-    let x = extract(&rules, &body, args.item.as_deref(), group.max_series);
+    let mut facts = Facts::new();
+    for f in &args.facts {
+        let Some((name, value)) = f.split_once('=') else {
+            return Err(config_error(format!("--fact {f:?}: write NAME=VALUE")));
+        };
+        facts.insert(name.to_string(), value.to_string());
+    }
+    let mut x = Extractor::new(group.max_series);
+    x.feed_in(
+        &rules,
+        &body,
+        Context {
+            item: args.item.as_deref(),
+            facts: Some(&facts),
+            ..Context::default()
+        },
+    );
+    let x = x.finish();
     let mut notes = String::new();
     for w in &config.warnings {
         let _ = writeln!(notes, "warning: {w}");
+    }
+    if x.waiting_for_facts {
+        let _ = writeln!(
+            notes,
+            "note: some samples name a fact not given with --fact NAME=VALUE (skipped as missing)"
+        );
     }
     notes.push_str(&skipped(&rules, &x));
     Ok(ValuesOutput {
@@ -171,7 +200,7 @@ fn skipped(rules: &[Rule], x: &Extraction) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::values::{DEFAULT_MAX_SERIES, ValueRule};
+    use crate::values::{DEFAULT_MAX_SERIES, ValueRule, extract};
     use serde_json::json;
 
     fn rule(text: &str) -> Rule {

@@ -56,18 +56,30 @@ pub struct GroupRules {
     /// A digest of the rules as written: samples stored under other rules
     /// (a changed or removed rule) are never served.
     pub fingerprint: u64,
+    /// Some label reads an instance fact (`@fact.NAME`).
+    pub uses_facts: bool,
 }
 
 impl GroupRules {
     /// Runs the rules on what a successful poll parsed: the one body, or
-    /// every successful fan-out item's (as one extraction).
-    pub fn run(&self, json: &crate::model::PolledJson) -> crate::values::Extraction {
+    /// every successful fan-out item's (as one extraction), with the
+    /// instance's facts.
+    pub fn run(
+        &self,
+        json: &crate::model::PolledJson,
+        facts: Option<&crate::values::Facts>,
+    ) -> crate::values::Extraction {
         let mut x = crate::values::Extractor::new(self.max_series);
+        let cx = |item| crate::values::Context {
+            item,
+            facts,
+            ..Default::default()
+        };
         match json {
-            crate::model::Polled::One(body) => x.feed(&self.rules, body, None),
+            crate::model::Polled::One(body) => x.feed_in(&self.rules, body, cx(None)),
             crate::model::Polled::Items(items) => {
                 for (item, body) in items {
-                    x.feed(&self.rules, body, Some(item));
+                    x.feed_in(&self.rules, body, cx(Some(item)));
                 }
             }
         }
@@ -130,6 +142,9 @@ impl ValueCatalog {
                 out.groups.insert(
                     (ty.name.clone(), g.name.to_string()),
                     Arc::new(GroupRules {
+                        uses_facts: rules
+                            .iter()
+                            .any(|r| r.labels.iter().any(|l| l.template.facts().next().is_some())),
                         rules,
                         max_series: g.max_series,
                         fingerprint,

@@ -14,12 +14,18 @@
 //! max(3 × interval, 2 min). Removing a task (its instance deleted, its
 //! group gone) removes its samples and bodies, from memory and the store;
 //! samples extracted by rules that have since changed are never loaded.
+//!
+//! The cache also holds each instance's facts (`facts` groups; in memory,
+//! learned again after a restart). A poll whose rules name a fact the
+//! instance has not learned yet keeps what it parsed here until the fact
+//! comes, and its rules then run again: no extra request, and a group's
+//! floor is never broken for it.
 
 use super::*;
 use crate::core::catalog::ValueCatalog;
-use crate::model::{BodyRecord, KeptBodies, KeptBody, Polled, TaskValues};
+use crate::model::{BodyRecord, KeptBodies, KeptBody, Polled, PolledJson, TaskValues};
 use crate::store::LatestBatch;
-use crate::values::{Sample, exposition};
+use crate::values::{Facts, Sample, exposition};
 use std::collections::{BTreeMap, HashSet};
 
 /// A task's values as the cache holds them.
@@ -67,6 +73,19 @@ struct Inner {
     dirty_values: HashSet<TaskKey>,
     /// Bodies to write (with their bytes, until written) or delete.
     dirty_bodies: HashMap<(TaskKey, String), Option<BodyRecord>>,
+    /// Per instance, the facts its `facts` groups gave.
+    facts: HashMap<Arc<str>, Arc<Facts>>,
+    /// Polls whose rules name a fact the instance has not learned yet:
+    /// what they parsed, to run the rules again when it has.
+    waiting: HashMap<TaskKey, Waiting>,
+}
+
+/// A poll whose samples wait for a fact (see [`Latest::wait_for_facts`]).
+#[derive(Debug, Clone)]
+pub(super) struct Waiting {
+    pub json: PolledJson,
+    pub polled_at: Timestamp,
+    pub stale_after: Duration,
 }
 
 /// See the module doc.
@@ -158,6 +177,67 @@ impl Latest {
                 }
             }
         }
+    }
+
+    /// The facts instance `instance` has learned.
+    pub fn facts_of(&self, instance: &str) -> Option<Arc<Facts>> {
+        self.read().facts.get(instance).cloned()
+    }
+
+    /// A poll of `key` gave samples that name a fact not learned yet: keep
+    /// what it parsed until the fact comes ([`Latest::learn_facts`]). A
+    /// later poll that needs no fact drops it ([`Latest::stop_waiting`]).
+    pub(super) fn wait_for_facts(&self, key: &TaskKey, waiting: Waiting) {
+        self.write().waiting.insert(key.clone(), waiting);
+    }
+
+    pub(super) fn stop_waiting(&self, key: &TaskKey) {
+        let mut g = self.write();
+        if !g.waiting.is_empty() {
+            g.waiting.remove(key);
+        }
+    }
+
+    /// A group of `instance` gave `facts`: they are kept (added to, or
+    /// replacing, what was known), and the polls of the instance that
+    /// waited for facts are handed back, to run their rules again. (Every
+    /// time, not only when the facts changed: a poll that began waiting
+    /// while these facts were being learned is picked up by the next.)
+    pub(super) fn learn_facts(&self, instance: &str, facts: Facts) -> Vec<(TaskKey, Waiting)> {
+        let known = {
+            let g = self.read();
+            let same = g
+                .facts
+                .get(instance)
+                .is_some_and(|known| facts.iter().all(|(k, v)| known.get(k) == Some(v)));
+            if same && !g.waiting.keys().any(|k| &*k.instance == instance) {
+                return Vec::new();
+            }
+            same
+        };
+        let mut g = self.write();
+        let inner = &mut *g;
+        if !known {
+            let mut merged = inner.facts.get(instance).map(|f| (**f).clone()).unwrap_or_default();
+            merged.extend(facts);
+            inner.facts.insert(Arc::from(instance), Arc::new(merged));
+        }
+        let keys: Vec<TaskKey> = inner
+            .waiting
+            .keys()
+            .filter(|k| &*k.instance == instance)
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| inner.waiting.remove(&k).map(|w| (k, w)))
+            .collect()
+    }
+
+    /// Forgets the facts of instances `keep` refuses.
+    pub(super) fn retain_facts(&self, keep: impl Fn(&str) -> bool) {
+        let mut g = self.write();
+        g.facts.retain(|i, _| keep(i));
+        g.waiting.retain(|k, _| keep(&k.instance));
     }
 
     /// The task was dead-lettered or discarded: its samples are no longer

@@ -286,6 +286,7 @@ impl Shared {
         drop(s);
         self.latest
             .retain(|k| tasks.contains(k), |k| cat.rules_of(k).map(|r| r.fingerprint));
+        self.latest.retain_facts(|i| cat.instances.contains_key(i));
         self.poke();
     }
 

@@ -75,6 +75,7 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
     let keeps_latest = result
         .as_ref()
         .is_ok_and(|ok| extracted.is_some() || ok.kept_body.is_some());
+    let waiting_for_facts = extracted.as_ref().is_some_and(|x| x.2);
     let stale_after = |s: &crate::core::Scheduler| {
         s.get(&key)
             .map(|t| crate::core::staleness::stale_after(s.interval_of(t)))
@@ -128,10 +129,22 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
                 fresh_for = stale_after(&shared.sched());
             }
             if let Some(stale_after) = fresh_for {
+                if waiting_for_facts && let Some(json) = &ok.json {
+                    shared.latest.wait_for_facts(
+                        &key,
+                        latest::Waiting {
+                            json: json.clone(),
+                            polled_at: now,
+                            stale_after,
+                        },
+                    );
+                } else if extracted.is_some() {
+                    shared.latest.stop_waiting(&key);
+                }
                 shared.latest.record(
                     &key,
                     latest::Fresh {
-                        samples: extracted,
+                        samples: extracted.map(|(samples, fingerprint, _)| (samples, fingerprint)),
                         bodies: ok.kept_body.as_ref(),
                         failed_items: &ok.failed_items,
                         polled_at: now,
@@ -154,33 +167,80 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
         );
         log_transition(&key, &transition, &result);
     }
-    if let Ok(ok) = result
-        && let Some(shape) = ok.shape
-    {
-        shared.learn_shape(&key, shape);
+    if let Ok(ok) = result {
+        if let Some(facts) = ok.facts {
+            learn_facts(&shared, &catalog, &key, facts);
+        }
+        if let Some(shape) = ok.shape {
+            shared.learn_shape(&key, shape);
+        }
+    }
+}
+
+/// A group gave facts about its instance: keep them, and run the rules of
+/// the polls that waited for them again (their samples are recorded with
+/// the time of their own poll).
+fn learn_facts(shared: &Shared, catalog: &Catalog, key: &TaskKey, facts: crate::values::Facts) {
+    let waiting = shared.latest.learn_facts(&key.instance, facts);
+    if waiting.is_empty() {
+        return;
+    }
+    let known = shared.latest.facts_of(&key.instance);
+    for (k, w) in waiting {
+        let (Some(rules), Some(t)) = (catalog.rules_of(&k), catalog.target(&k)) else {
+            continue;
+        };
+        let out = rules.run(&w.json, known.as_deref());
+        count_skips(shared, t.type_name(), &k.group, &out);
+        if out.waiting_for_facts {
+            shared.latest.wait_for_facts(&k, w);
+            continue;
+        }
+        tracing::debug!(task = %k, "facts learned; values extracted again");
+        shared.latest.record(
+            &k,
+            latest::Fresh {
+                samples: Some((out.samples, rules.fingerprint)),
+                bodies: None,
+                failed_items: &[],
+                polled_at: w.polled_at,
+                stale_after: w.stale_after,
+            },
+        );
+    }
+}
+
+/// Skipped samples to `pollster_values_errors_total`.
+fn count_skips(shared: &Shared, type_name: &str, group: &str, out: &crate::values::Extraction) {
+    for ((metric, reason), n) in &out.skipped {
+        shared
+            .metrics
+            .values_errors
+            .with_label_values(&[type_name, group, metric, reason.as_str()])
+            .inc_by(*n);
     }
 }
 
 /// The samples a group's rules make of a successful poll, with the rules'
-/// fingerprint; skipped samples are counted in
-/// `pollster_values_errors_total`. `None` for a group without rules.
+/// fingerprint and whether some wait for a fact the instance has not
+/// learned; skipped samples are counted in `pollster_values_errors_total`.
+/// `None` for a group without rules.
 fn extract_values(
     shared: &Shared,
     catalog: &Catalog,
     target: &crate::core::catalog::Target,
     ok: &crate::model::PollSuccess,
-) -> Option<(Vec<crate::values::Sample>, u64)> {
+) -> Option<(Vec<crate::values::Sample>, u64, bool)> {
     let group = target.group();
     let rules = catalog.values.group(target.type_name(), &group.name)?;
-    let out = rules.run(ok.json.as_ref()?);
-    for ((metric, reason), n) in &out.skipped {
-        shared
-            .metrics
-            .values_errors
-            .with_label_values(&[target.type_name(), &group.name, metric, reason.as_str()])
-            .inc_by(*n);
-    }
-    Some((out.samples, rules.fingerprint))
+    let facts = if rules.uses_facts {
+        shared.latest.facts_of(&target.instance.name)
+    } else {
+        None
+    };
+    let out = rules.run(ok.json.as_ref()?, facts.as_deref());
+    count_skips(shared, target.type_name(), &group.name, &out);
+    Some((out.samples, rules.fingerprint, out.waiting_for_facts))
 }
 
 /// The poll event of one finished poll, to the sink's memory queue (best

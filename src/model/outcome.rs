@@ -100,6 +100,9 @@ pub struct PollSuccess {
     /// over `max_body_bytes` is not kept and says so. For a fan-out, each
     /// successful item's. `None` for a group without `keep_body`.
     pub kept_body: Option<KeptBodies>,
+    /// The facts a group with `facts` learned about its instance (those
+    /// its body had). `None` for a group without facts.
+    pub facts: Option<crate::values::Facts>,
 }
 
 /// Something a successful poll has per body it fetched: one for a group
@@ -138,7 +141,8 @@ pub enum KeptBody {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ShapeUpdate {
     pub count: u64,
-    /// The values of `item_field` in array order; empty without `item_field`.
+    /// The items in array order: `item_field` values, or the names
+    /// `item_fields` make; empty without either.
     pub items: Vec<String>,
 }
 

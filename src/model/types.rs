@@ -1,6 +1,7 @@
 //! Instance types and their endpoint groups (`[[types]]`, the presets).
 
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::*;
@@ -27,8 +28,19 @@ pub struct GroupDef {
     pub shape_from: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub item_field: Option<String>,
+    /// Items made of several fields of each element (`["node", "type",
+    /// "vmid"]`): a fan-out over them reads each as `{item.FIELD}` in its
+    /// path and `@item.FIELD` in labels. An element lacking one names no
+    /// item.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub item_fields: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fan_out: Option<String>,
+    /// Facts about the instance this group's body gives: name → a JSON
+    /// pointer to a scalar (`cluster = "/data/0/name"`). Any rule of the
+    /// type reads one as `@fact.NAME`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub facts: BTreeMap<String, String>,
     #[serde(default)]
     pub forward: bool,
     /// Value rules: what of the body becomes metric samples.
@@ -88,7 +100,9 @@ impl GroupDef {
             enabled_when: None,
             shape_from: None,
             item_field: None,
+            item_fields: Vec::new(),
             fan_out: None,
+            facts: BTreeMap::new(),
             forward: false,
             values: Vec::new(),
             max_series: default_max_series(),
@@ -162,60 +176,8 @@ impl TypeDef {
                     "must be a JSON pointer: empty (the whole body) or starting with '/'",
                 ));
             }
-            if g.item_field.is_some() && g.shape_from.is_none() {
-                return Err(FieldError::new(
-                    format!("{gf}.item_field"),
-                    g.item_field.as_deref().unwrap_or_default(),
-                    "needs shape_from",
-                ));
-            }
-            let learned = |name: &str| self.groups.iter().find(|o| o.name == name && o.shape_from.is_some());
-            if let Some(w) = &g.enabled_when
-                && learned(w).is_none()
-            {
-                return Err(FieldError::new(
-                    format!("{gf}.enabled_when"),
-                    w,
-                    "must name a group of this type that has shape_from",
-                ));
-            }
-            let has_item = g.path.contains("{item}");
-            match &g.fan_out {
-                Some(f) => {
-                    match learned(f) {
-                        None => {
-                            return Err(FieldError::new(
-                                format!("{gf}.fan_out"),
-                                f,
-                                "must name a group of this type that has shape_from",
-                            ));
-                        }
-                        Some(src) if src.item_field.is_none() => {
-                            return Err(FieldError::new(
-                                format!("{gf}.fan_out"),
-                                f,
-                                format!("group {f:?} needs item_field to name the items"),
-                            ));
-                        }
-                        Some(_) => {}
-                    }
-                    if !has_item {
-                        return Err(FieldError::new(
-                            format!("{gf}.path"),
-                            &g.path,
-                            "a fan_out group's path must contain {item}",
-                        ));
-                    }
-                }
-                None if has_item => {
-                    return Err(FieldError::new(
-                        format!("{gf}.path"),
-                        &g.path,
-                        "{item} is only allowed with fan_out",
-                    ));
-                }
-                None => {}
-            }
+            self.validate_items(g, &gf)?;
+            self.validate_facts(g, &gf)?;
             if g.max_series == 0 || g.max_series > 1_000_000 {
                 return Err(FieldError::new(
                     format!("{gf}.max_series"),
@@ -230,10 +192,237 @@ impl TypeDef {
                     "must be between 1 and 67108864 (64 MiB)",
                 ));
             }
-            g.compile_values(&self.name, &gf)?;
+            let rules = g.compile_values(&self.name, &gf)?;
+            self.validate_rule_refs(g, &gf, &rules)?;
         }
         Ok(())
     }
+
+    /// The group named `name` if it learns a shape (`shape_from`).
+    fn learned(&self, name: &str) -> Option<&GroupDef> {
+        self.groups.iter().find(|o| o.name == name && o.shape_from.is_some())
+    }
+
+    /// `item_field`/`item_fields`, `enabled_when`, `fan_out` and the
+    /// `{item}`/`{item.FIELD}` placeholders of the path.
+    fn validate_items(&self, g: &GroupDef, gf: &str) -> Result<(), FieldError> {
+        if let Some(p) = &g.shape_from
+            && !(p.is_empty() || p.starts_with('/'))
+        {
+            return Err(FieldError::new(
+                format!("{gf}.shape_from"),
+                p,
+                "must be a JSON pointer: empty (the whole body) or starting with '/'",
+            ));
+        }
+        if g.item_field.is_some() && g.shape_from.is_none() {
+            return Err(FieldError::new(
+                format!("{gf}.item_field"),
+                g.item_field.as_deref().unwrap_or_default(),
+                "needs shape_from",
+            ));
+        }
+        if !g.item_fields.is_empty() {
+            let shown = g.item_fields.join(",");
+            if g.shape_from.is_none() {
+                return Err(FieldError::new(format!("{gf}.item_fields"), shown, "needs shape_from"));
+            }
+            if g.item_field.is_some() {
+                return Err(FieldError::new(
+                    format!("{gf}.item_fields"),
+                    shown,
+                    "items are named by item_field or by item_fields, not both",
+                ));
+            }
+            let mut seen = BTreeSet::new();
+            for f in &g.item_fields {
+                if !crate::values::valid_label_name(f) {
+                    return Err(FieldError::new(
+                        format!("{gf}.item_fields"),
+                        f,
+                        "a field name is [a-zA-Z_][a-zA-Z0-9_]* (the key of each element)",
+                    ));
+                }
+                if !seen.insert(f) {
+                    return Err(FieldError::new(format!("{gf}.item_fields"), f, "is listed twice"));
+                }
+            }
+        }
+        if let Some(w) = &g.enabled_when
+            && self.learned(w).is_none()
+        {
+            return Err(FieldError::new(
+                format!("{gf}.enabled_when"),
+                w,
+                "must name a group of this type that has shape_from",
+            ));
+        }
+        let (whole, fields) = item_placeholders(&g.path);
+        let Some(f) = &g.fan_out else {
+            if whole || !fields.is_empty() {
+                return Err(FieldError::new(
+                    format!("{gf}.path"),
+                    &g.path,
+                    "{item} is only allowed with fan_out",
+                ));
+            }
+            return Ok(());
+        };
+        let src = match self.learned(f) {
+            None => {
+                return Err(FieldError::new(
+                    format!("{gf}.fan_out"),
+                    f,
+                    "must name a group of this type that has shape_from",
+                ));
+            }
+            Some(src) if src.item_field.is_none() && src.item_fields.is_empty() => {
+                return Err(FieldError::new(
+                    format!("{gf}.fan_out"),
+                    f,
+                    format!("group {f:?} needs item_field (or item_fields) to name the items"),
+                ));
+            }
+            Some(src) => src,
+        };
+        if src.item_fields.is_empty() {
+            if !fields.is_empty() {
+                return Err(FieldError::new(
+                    format!("{gf}.path"),
+                    &g.path,
+                    format!("group {f:?} names its items by one item_field: write {{item}}"),
+                ));
+            }
+            if !whole {
+                return Err(FieldError::new(
+                    format!("{gf}.path"),
+                    &g.path,
+                    "a fan_out group's path must contain {item}",
+                ));
+            }
+        } else {
+            if whole || fields.is_empty() {
+                return Err(FieldError::new(
+                    format!("{gf}.path"),
+                    &g.path,
+                    format!(
+                        "group {f:?} has item_fields: the path reads them as {{item.FIELD}} ({})",
+                        src.item_fields.join(", ")
+                    ),
+                ));
+            }
+            if let Some(bad) = fields.iter().find(|x| !src.item_fields.contains(x)) {
+                return Err(FieldError::new(
+                    format!("{gf}.path"),
+                    &g.path,
+                    format!(
+                        "{{item.{bad}}}: group {f:?}'s item_fields are {}",
+                        src.item_fields.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `facts`: valid names and pointers, each fact given by one group of
+    /// the type, never by a fan-out (its facts would be per item).
+    fn validate_facts(&self, g: &GroupDef, gf: &str) -> Result<(), FieldError> {
+        for (name, pointer) in &g.facts {
+            let key = format!("{gf}.facts.{name}");
+            if !crate::values::valid_label_name(name) {
+                return Err(FieldError::new(key, name, "a fact name is [a-zA-Z_][a-zA-Z0-9_]*"));
+            }
+            if let Err(e) = crate::values::Pointer::parse(pointer) {
+                return Err(FieldError::new(key, pointer, e.to_string()));
+            }
+            if g.fan_out.is_some() {
+                return Err(FieldError::new(
+                    key,
+                    pointer,
+                    "a fan_out group cannot give facts (it has one body per item)",
+                ));
+            }
+            if let Some(other) = self
+                .groups
+                .iter()
+                .find(|o| o.name != g.name && o.facts.contains_key(name))
+            {
+                return Err(FieldError::new(
+                    key,
+                    pointer,
+                    format!(
+                        "group {:?} gives fact {name:?} too; one group gives each fact",
+                        other.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every `@item.FIELD` a rule reads is a field of the items the group
+    /// fans out over, and every `@fact.NAME` a fact some group gives.
+    fn validate_rule_refs(&self, g: &GroupDef, gf: &str, rules: &[Rule]) -> Result<(), FieldError> {
+        let item_fields = g
+            .fan_out
+            .as_deref()
+            .and_then(|f| self.learned(f))
+            .map(|src| src.item_fields.as_slice())
+            .unwrap_or_default();
+        for (j, (written, rule)) in g.values.iter().zip(rules).enumerate() {
+            for label in &rule.labels {
+                let key = format!("{gf}.values[{j}].labels.{}", label.name);
+                let text = written.labels.get(&*label.name).map(String::as_str).unwrap_or_default();
+                let where_ = format!("(type {}, group {}, rule {j}: {})", self.name, g.name, rule.metric);
+                for f in label.template.item_fields() {
+                    if !item_fields.iter().any(|x| x == f) {
+                        let why = match &g.fan_out {
+                            None => "the group has no fan_out, so there is no item".to_string(),
+                            Some(src) if item_fields.is_empty() => {
+                                format!("group {src:?} names its items by one item_field: write @item")
+                            }
+                            Some(src) => format!("group {src:?}'s item_fields are {}", item_fields.join(", ")),
+                        };
+                        return Err(FieldError::new(key, text, format!("@item.{f}: {why} {where_}")));
+                    }
+                }
+                for f in label.template.facts() {
+                    if !self.groups.iter().any(|o| o.facts.contains_key(f)) {
+                        return Err(FieldError::new(
+                            key,
+                            text,
+                            format!(
+                                "@fact.{f}: no group of this type gives that fact (facts = {{ {f} = \"/pointer\" }}) {where_}"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `path` holds `{item}`, and the fields it reads as `{item.FIELD}`.
+pub fn item_placeholders(path: &str) -> (bool, Vec<String>) {
+    let whole = path.contains("{item}");
+    let mut fields = Vec::new();
+    let mut rest = path;
+    while let Some(i) = rest.find("{item.") {
+        let after = &rest[i + "{item.".len()..];
+        match after.find('}') {
+            Some(end) => {
+                fields.push(after[..end].to_string());
+                rest = &after[end + 1..];
+            }
+            None => {
+                fields.push(after.to_string());
+                break;
+            }
+        }
+    }
+    (whole, fields)
 }
 
 impl GroupDef {

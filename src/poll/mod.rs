@@ -220,19 +220,24 @@ impl Poller {
             }
         }
 
-        // One parse serves both the shape and the value rules.
-        let doc = match (uses.shape, uses.json) {
+        // One parse serves the shape, the facts and the value rules.
+        let doc = match (uses.shape, uses.json || !uses.facts.is_empty()) {
             (None, false) => None,
             (shape, _) => {
                 let context = match shape {
                     Some(spec) => shape::shape_context(spec.pointer),
-                    None => "value rules".to_owned(),
+                    None if uses.json => "value rules".to_owned(),
+                    None => "facts".to_owned(),
                 };
                 Some(shape::parse_json(kept.as_deref().unwrap_or_default(), &context)?)
             }
         };
         let shape = match (uses.shape, &doc) {
-            (Some(spec), Some(doc)) => Some(shape::shape_in(doc, spec.pointer, spec.item_field)?),
+            (Some(spec), Some(doc)) => Some(shape::shape_in(doc, spec.pointer, spec.items)?),
+            _ => None,
+        };
+        let facts = match &doc {
+            Some(doc) if !uses.facts.is_empty() => Some(facts_in(doc, uses.facts)),
             _ => None,
         };
         let json = if uses.json { doc.map(Polled::One) } else { None };
@@ -260,6 +265,7 @@ impl Poller {
             body: if uses.forward { kept } else { None },
             json,
             kept_body,
+            facts,
         })
     }
 
@@ -502,6 +508,23 @@ fn client_error(err: &reqwest::Error) -> PollError {
     )
 }
 
+/// The facts a body gives: each pointer that names a scalar, as text (a
+/// missing, null, array or object value gives no fact).
+fn facts_in(doc: &serde_json::Value, facts: &std::collections::BTreeMap<String, String>) -> crate::values::Facts {
+    facts
+        .iter()
+        .filter_map(|(name, pointer)| {
+            let v = crate::values::Pointer::parse(pointer).ok()?.resolve(doc)?;
+            if v.is_null() || v.is_array() || v.is_object() {
+                return None;
+            }
+            let mut text = String::new();
+            crate::values::push_text(v, &mut text);
+            Some((name.clone(), text))
+        })
+        .collect()
+}
+
 /// First 8 bytes of a SHA-256, big-endian.
 fn digest_prefix(sha: &[u8]) -> u64 {
     let mut first = [0u8; 8];
@@ -515,7 +538,7 @@ fn digest_prefix(sha: &[u8]) -> u64 {
 #[derive(Debug, Clone, Copy)]
 struct ShapeSpec<'a> {
     pointer: &'a str,
-    item_field: Option<&'a str>,
+    items: shape::ItemNames<'a>,
 }
 
 /// What a request does with its body beyond the digest and the size.
@@ -525,6 +548,8 @@ struct BodyUse<'a> {
     shape: Option<ShapeSpec<'a>>,
     /// Value rules: parse it and return the document.
     json: bool,
+    /// `facts`: parse it and read them.
+    facts: &'a std::collections::BTreeMap<String, String>,
     /// `forward`: return the bytes.
     forward: bool,
     /// `keep_body`: return the bytes and content type if the body is at
@@ -537,9 +562,14 @@ impl<'a> BodyUse<'a> {
         BodyUse {
             shape: group.shape_from.as_deref().map(|pointer| ShapeSpec {
                 pointer,
-                item_field: group.item_field.as_deref(),
+                items: if group.item_fields.is_empty() {
+                    group.item_field.as_deref().into()
+                } else {
+                    shape::ItemNames::Fields(&group.item_fields)
+                },
             }),
             json: !group.values.is_empty(),
+            facts: &group.facts,
             forward: group.forward,
             keep: group.keep_body.then_some(group.max_body_bytes),
         }
@@ -547,7 +577,7 @@ impl<'a> BodyUse<'a> {
 
     /// Whether the whole body is needed, whatever its size.
     fn wants_whole(&self) -> bool {
-        self.shape.is_some() || self.json || self.forward
+        self.shape.is_some() || self.json || !self.facts.is_empty() || self.forward
     }
 }
 
@@ -614,6 +644,7 @@ fn combine_fan_out(items: &[String], results: Vec<PollResult>) -> PollResult {
             body: bodies.map(|b| serde_json::Value::Object(b).to_string().into_bytes()),
             json: docs.map(PolledJson::Items),
             kept_body: kept.map(Polled::Items),
+            facts: None,
         });
     }
     let n = failed.len();

@@ -25,17 +25,36 @@ use serde_json::Value;
 /// The placeholder a fan-out group's path holds.
 pub const ITEM_PLACEHOLDER: &str = "{item}";
 
+/// How a `shape_from` group names its items.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum ItemNames<'a> {
+    /// No items: the count only.
+    #[default]
+    None,
+    /// `item_field`: each element's value of the field is the item.
+    Field(&'a str),
+    /// `item_fields`: the item carries each field (see
+    /// [`crate::values::item`]); an element lacking one names no item.
+    Fields(&'a [String]),
+}
+
+impl<'a> From<Option<&'a str>> for ItemNames<'a> {
+    fn from(field: Option<&'a str>) -> Self {
+        field.map_or(ItemNames::None, ItemNames::Field)
+    }
+}
+
 /// The shape a `shape_from` group's body gives: the length of the array at
 /// `pointer` (`""` is the whole body) and, with `item_field`, the items.
 /// Never panics: serde_json bounds nesting depth, and the body is already
 /// bounded by `max_response_bytes`.
-pub fn shape_of(body: &[u8], pointer: &str, item_field: Option<&str>) -> Result<ShapeUpdate, PollError> {
+pub fn shape_of<'a>(body: &[u8], pointer: &str, items: impl Into<ItemNames<'a>>) -> Result<ShapeUpdate, PollError> {
     let doc = parse_json(body, &shape_context(pointer))?;
-    shape_in(&doc, pointer, item_field)
+    shape_in(&doc, pointer, items)
 }
 
 /// [`shape_of`] on a body already parsed.
-pub fn shape_in(doc: &Value, pointer: &str, item_field: Option<&str>) -> Result<ShapeUpdate, PollError> {
+pub fn shape_in<'a>(doc: &Value, pointer: &str, items: impl Into<ItemNames<'a>>) -> Result<ShapeUpdate, PollError> {
     let fail = |why: &str| body_error(&shape_context(pointer), why);
     if !(pointer.is_empty() || pointer.starts_with('/')) {
         return Err(fail("not a JSON pointer (must be empty or start with '/')"));
@@ -44,9 +63,19 @@ pub fn shape_in(doc: &Value, pointer: &str, item_field: Option<&str>) -> Result<
     let Value::Array(elements) = target else {
         return Err(fail(&format!("expected an array, found {}", describe(target))));
     };
-    let items = match item_field {
-        Some(field) => elements.iter().filter_map(|e| item_name(e.get(field)?)).collect(),
-        None => Vec::new(),
+    let items = match items.into() {
+        ItemNames::Field(field) => elements.iter().filter_map(|e| item_name(e.get(field)?)).collect(),
+        ItemNames::Fields(fields) => elements
+            .iter()
+            .filter_map(|e| {
+                let parts: Option<Vec<(&str, String)>> = fields
+                    .iter()
+                    .map(|f| Some((f.as_str(), item_name(e.get(f)?)?)))
+                    .collect();
+                Some(crate::values::item::compose(&parts?))
+            })
+            .collect(),
+        ItemNames::None => Vec::new(),
     };
     Ok(ShapeUpdate {
         count: elements.len() as u64,
@@ -115,19 +144,49 @@ pub fn encode_path_segment(s: &str) -> String {
     out
 }
 
-/// A fan-out group's path with every `{item}` replaced by the encoded item.
-/// An empty item, `.` or `..` cannot be a path segment (URL parsers treat
-/// `.`/`..` and their encodings as dot segments and would move up the path):
-/// `Permanent`/`InvalidUrl`, and no request is sent.
+/// A fan-out group's path with every `{item}` replaced by the encoded
+/// item, and every `{item.FIELD}` by that field of the item, encoded. An
+/// empty segment, `.` or `..` cannot be a path segment (URL parsers treat
+/// `.`/`..` and their encodings as dot segments and would move up the
+/// path), and an item without the field cannot fill it: `Permanent`/
+/// `InvalidUrl`, and no request is sent.
 pub fn item_path(path: &str, item: &str) -> Result<String, PollError> {
-    if matches!(item, "" | "." | "..") {
-        return Err(PollError::new(
-            ErrorCategory::Permanent,
-            ErrorKind::InvalidUrl,
-            format!("item {item:?} cannot be used as a path segment"),
-        ));
+    let segment = |text: &str, what: &str| {
+        if matches!(text, "" | "." | "..") {
+            Err(PollError::new(
+                ErrorCategory::Permanent,
+                ErrorKind::InvalidUrl,
+                format!("{what} {text:?} cannot be used as a path segment"),
+            ))
+        } else {
+            Ok(encode_path_segment(text))
+        }
+    };
+    let mut out = String::with_capacity(path.len() + item.len());
+    let mut rest = path;
+    while let Some(i) = rest.find("{item") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + "{item".len()..];
+        if let Some(r) = after.strip_prefix('}') {
+            out.push_str(&segment(item, "item")?);
+            rest = r;
+        } else if let Some((field, r)) = after.strip_prefix('.').and_then(|a| a.split_once('}')) {
+            let value = crate::values::item::field(item, field).ok_or_else(|| {
+                PollError::new(
+                    ErrorCategory::Permanent,
+                    ErrorKind::InvalidUrl,
+                    format!("item {:?} has no field {field:?} for the path", display_item(item)),
+                )
+            })?;
+            out.push_str(&segment(&value, &format!("item field {field}"))?);
+            rest = r;
+        } else {
+            out.push_str("{item");
+            rest = after;
+        }
     }
-    Ok(path.replace(ITEM_PLACEHOLDER, &encode_path_segment(item)))
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// Longest item name shown in a message, in characters.

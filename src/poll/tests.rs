@@ -820,6 +820,64 @@ async fn shape_from_counts_array_and_collects_items() {
 }
 
 #[tokio::test]
+async fn item_fields_name_items_by_every_field_and_facts_are_read() {
+    let body = br#"{"data":[
+        {"type":"qemu","node":"pve1","vmid":100,"name":"web"},
+        {"type":"node","node":"pve1"},
+        {"type":"lxc","node":"pve,2","vmid":201},
+        {"type":"storage","node":"pve1","vmid":null}
+    ]}"#;
+    let s = serve(Behaviour::Respond {
+        bytes: response("200 OK", &[("Content-Type", "application/json")], body),
+        keep_alive: true,
+    })
+    .await;
+    let poller = Poller::new().unwrap();
+    let inst = instance(s.url("http"));
+    let mut g = shape_group("/r", "/data", None);
+    g.item_fields = vec!["node".into(), "type".into(), "vmid".into()];
+    g.facts = [
+        ("first".to_string(), "/data/0/name".to_string()),
+        ("vmid".to_string(), "/data/0/vmid".to_string()),
+        ("gone".to_string(), "/data/9/name".to_string()),
+        ("list".to_string(), "/data".to_string()),
+    ]
+    .into();
+    let ok = poller.poll(&inst, &g, &[]).await.unwrap();
+    let shape = ok.shape.expect("a shape");
+    assert_eq!(shape.count, 4, "every element counts");
+    assert_eq!(
+        shape.items,
+        ["node=pve1,type=qemu,vmid=100", "node=pve%2C2,type=lxc,vmid=201"],
+        "elements lacking a field name no item"
+    );
+    assert_eq!(
+        ok.facts,
+        Some(
+            [
+                ("first".to_string(), "web".to_string()),
+                ("vmid".to_string(), "100".to_string())
+            ]
+            .into()
+        ),
+        "a missing pointer or one to an array gives no fact"
+    );
+    assert_eq!(ok.json, None, "facts alone hand over no JSON");
+
+    // A body that is not JSON fails a group with facts as it fails rules.
+    let s = serve(Behaviour::Respond {
+        bytes: response("200 OK", &[], b"<html>"),
+        keep_alive: true,
+    })
+    .await;
+    let mut f = group("/x");
+    f.facts = [("a".to_string(), "/a".to_string())].into();
+    let r = poller.poll(&instance(s.url("http")), &f, &[]).await;
+    let e = assert_err(&r, Transient, ErrorKind::Body);
+    assert!(e.message.starts_with("facts: body is not JSON"), "{}", e.message);
+}
+
+#[tokio::test]
 async fn shape_from_whole_body_and_escaped_pointer() {
     let routes = Routes::new(Duration::ZERO);
     routes.set("/list", "200 OK", br#"[1, 2, 3]"#);
@@ -978,6 +1036,24 @@ fn path_segment_encoding() {
         assert_eq!((e.category, e.kind), (Permanent, ErrorKind::InvalidUrl), "{bad:?}");
     }
     assert_eq!(shape::item_path("/n/{item}", "...").unwrap(), "/n/...");
+    // Items made of fields: each {item.FIELD} is that field, encoded.
+    let item = "node=pve 1,type=qemu,vmid=100";
+    assert_eq!(
+        shape::item_path("/nodes/{item.node}/{item.type}/{item.vmid}/config", item).unwrap(),
+        "/nodes/pve%201/qemu/100/config"
+    );
+    assert_eq!(
+        shape::item_path("/a/{item.vmid}/{item.vmid}/{item", item).unwrap(),
+        "/a/100/100/{item",
+        "an unclosed placeholder is left as text"
+    );
+    let e = shape::item_path("/n/{item.name}", item).unwrap_err();
+    assert_eq!((e.category, e.kind), (Permanent, ErrorKind::InvalidUrl));
+    assert!(e.message.contains("no field \"name\""), "{}", e.message);
+    for bad in ["node=..,vmid=1", "node=,vmid=1"] {
+        let e = shape::item_path("/n/{item.node}", bad).unwrap_err();
+        assert_eq!((e.category, e.kind), (Permanent, ErrorKind::InvalidUrl), "{bad:?}");
+    }
     assert_eq!(shape::display_item("a\nb"), "a?b");
     assert_eq!(shape::display_item(&"x".repeat(100)), format!("{}...", "x".repeat(64)));
 }

@@ -2,7 +2,8 @@
 //!
 //! A sample that cannot be made is skipped and counted by reason; it never
 //! fails the poll. A missing label never skips a sample (it takes the
-//! rule's default, else the empty label).
+//! rule's default, else the empty label); a fact the instance has not
+//! learned yet does (counted as `missing`).
 
 use rustc_hash::{FxHashMap, FxHasher};
 use serde_json::Value;
@@ -10,8 +11,8 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use super::rule::{MetricKind, Rule, ValueSource};
-use super::template::{Context, push_text};
+use super::rule::{Filter, MetricKind, Rule, TimeFormat, ValueSource};
+use super::template::{Context, Rendered, push_text};
 
 /// Series a group keeps from one body unless it says otherwise (`max_series`).
 pub const DEFAULT_MAX_SERIES: usize = 10_000;
@@ -121,6 +122,10 @@ pub struct Extraction {
     pub samples: Vec<Sample>,
     /// Skipped samples by (metric, reason).
     pub skipped: BTreeMap<(Arc<str>, SkipReason), u64>,
+    /// Some samples were skipped because a label names a fact the instance
+    /// has not learned yet (counted as `missing`): running the rules again
+    /// once it has gives them.
+    pub waiting_for_facts: bool,
 }
 
 impl Extraction {
@@ -167,8 +172,21 @@ impl Extractor {
 
     /// Runs `rules` on one body (`item`: the fan-out item it answers).
     pub fn feed(&mut self, rules: &[Rule], body: &Value, item: Option<&str>) {
+        self.feed_in(
+            rules,
+            body,
+            Context {
+                item,
+                ..Context::default()
+            },
+        );
+    }
+
+    /// Runs `rules` on one body, with the item, item fields and facts of
+    /// `cx` (its `key` is ignored: each element brings its own).
+    pub fn feed_in(&mut self, rules: &[Rule], body: &Value, cx: Context<'_>) {
         for rule in rules {
-            run_rule(rule, body, item, self.max_series, &mut self.seen, &mut self.out);
+            run_rule(rule, body, cx, self.max_series, &mut self.seen, &mut self.out);
         }
     }
 
@@ -177,7 +195,7 @@ impl Extractor {
     }
 }
 
-fn run_rule(rule: &Rule, body: &Value, item: Option<&str>, max_series: usize, seen: &mut Seen, out: &mut Extraction) {
+fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen: &mut Seen, out: &mut Extraction) {
     // The elements, without collecting them: most rules read one body or
     // one array, and a poll runs every rule.
     let (array, object): (&[Value], Option<&serde_json::Map<String, Value>>) = match &rule.each {
@@ -201,7 +219,13 @@ fn run_rule(rule: &Rule, body: &Value, item: Option<&str>, max_series: usize, se
         )
         .filter(|(_, element)| keep(rule, element));
 
-    let mut emit = |labels: Vec<(Arc<str>, String)>, value: f64, out: &mut Extraction| {
+    let mut emit = |labels: Option<Vec<(Arc<str>, String)>>, value: f64, out: &mut Extraction| {
+        let Some(labels) = labels else {
+            // A fact the instance has not learned yet.
+            out.skip(&rule.metric, SkipReason::Missing);
+            out.waiting_for_facts = true;
+            return;
+        };
         if out.samples.len() >= max_series {
             out.skip(&rule.metric, SkipReason::Limit);
             return;
@@ -219,12 +243,12 @@ fn run_rule(rule: &Rule, body: &Value, item: Option<&str>, max_series: usize, se
 
     if rule.value == ValueSource::Count {
         let n = elements.count();
-        let labels = labels_of(rule, body, Context { key: None, item });
+        let labels = labels_of(rule, body, Context { key: None, ..cx });
         emit(labels, n as f64 * rule.scale, out);
         return;
     }
     for (key, element) in elements {
-        let cx = Context { key, item };
+        let cx = Context { key, ..cx };
         match rule.kind {
             MetricKind::Stateset => {
                 let ValueSource::Field(p) = &rule.value else { continue };
@@ -236,13 +260,17 @@ fn run_rule(rule: &Rule, body: &Value, item: Option<&str>, max_series: usize, se
                         true
                     }
                 };
-                let labels = labels_of(rule, element, cx);
+                let Some(labels) = labels_of(rule, element, cx) else {
+                    out.skip(&rule.metric, SkipReason::Missing);
+                    out.waiting_for_facts = true;
+                    continue;
+                };
                 for state in &rule.states {
                     let mut l = labels.clone();
                     let at = l.partition_point(|(n, _)| **n < *rule.state_label);
                     l.insert(at, (rule.state_label.clone(), state.to_string()));
                     let on = has && found == **state;
-                    emit(l, if on { 1.0 } else { 0.0 }, out);
+                    emit(Some(l), if on { 1.0 } else { 0.0 }, out);
                 }
             }
             _ => {
@@ -262,11 +290,16 @@ fn run_rule(rule: &Rule, body: &Value, item: Option<&str>, max_series: usize, se
 
 /// Whether an element passes every `where` filter.
 fn keep(rule: &Rule, element: &Value) -> bool {
-    rule.filters.iter().all(|(field, accepted)| {
-        let mut text = String::new();
-        match field.resolve(element) {
-            None | Some(Value::Null) => false,
-            Some(v) => {
+    rule.filters.iter().all(|(field, filter)| {
+        let found = match field.resolve(element) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v),
+        };
+        match (filter, found) {
+            (Filter::Present(want), v) => v.is_some() == *want,
+            (Filter::AnyOf(_), None) => false,
+            (Filter::AnyOf(accepted), Some(v)) => {
+                let mut text = String::new();
                 push_text(v, &mut text);
                 accepted.contains(&text)
             }
@@ -274,15 +307,20 @@ fn keep(rule: &Rule, element: &Value) -> bool {
     })
 }
 
-/// The rule's labels for one element, sorted by name.
-fn labels_of(rule: &Rule, element: &Value, cx: Context<'_>) -> Vec<(Arc<str>, String)> {
+/// The rule's labels for one element, sorted by name; `None` when a label
+/// names a fact the instance has not learned.
+fn labels_of(rule: &Rule, element: &Value, cx: Context<'_>) -> Option<Vec<(Arc<str>, String)>> {
     let mut labels = Vec::with_capacity(rule.labels.len() + 1);
     for l in &rule.labels {
         let mut text = String::new();
-        if !l.template.render(element, cx, &mut text) {
-            text.clear();
-            if let Some(d) = &l.default {
-                text.push_str(d);
+        match l.template.render(element, cx, &mut text) {
+            Rendered::Done => {}
+            Rendered::NoFact => return None,
+            Rendered::Missing => {
+                text.clear();
+                if let Some(d) = &l.default {
+                    text.push_str(d);
+                }
             }
         }
         if l.sorted && text.contains(',') {
@@ -294,13 +332,25 @@ fn labels_of(rule: &Rule, element: &Value, cx: Context<'_>) -> Vec<(Arc<str>, St
     }
     // Compiled rules keep labels in name order already (a BTreeMap).
     debug_assert!(labels.windows(2).all(|w| w[0].0 < w[1].0));
-    labels
+    Some(labels)
 }
 
 /// A JSON value as the sample's number: numbers as they are, booleans as
 /// 1/0, numeric strings parsed, other strings through `map`, and
 /// `map_default` for what `map` does not name or a missing value.
 fn number(rule: &Rule, v: Option<&Value>) -> Result<f64, SkipReason> {
+    if let Some(format) = rule.parse {
+        let text = match v {
+            None | Some(Value::Null) => return Err(SkipReason::Missing),
+            Some(Value::String(s)) => s,
+            Some(_) => return Err(SkipReason::NotNumber),
+        };
+        let t = match format {
+            TimeFormat::Date => super::time::parse_date(text),
+            TimeFormat::Rfc3339 => super::time::parse_rfc3339(text),
+        };
+        return t.map(|t| t * rule.scale).ok_or(SkipReason::NotNumber);
+    }
     let raw = match v {
         None | Some(Value::Null) => rule.map_default.ok_or(SkipReason::Missing),
         Some(Value::Number(n)) => n.as_f64().ok_or(SkipReason::NotNumber),

@@ -8,17 +8,20 @@
 
 pub mod exposition;
 mod extract;
+pub mod item;
 mod pointer;
 mod rule;
 mod template;
+mod time;
 
 pub use extract::{DEFAULT_MAX_SERIES, Extraction, Extractor, Sample, SkipReason, extract};
 pub use pointer::{Pointer, PointerError};
 pub use rule::{
-    ClashError, LabelRule, MetricKind, OneOrMany, RESERVED_LABELS, Rule, RuleError, ValueRule, ValueSource,
-    check_families, valid_label_name, valid_metric_name,
+    ClashError, Filter, LabelRule, MetricKind, OneOrMany, RESERVED_LABELS, Rule, RuleError, TimeFormat, ValueRule,
+    ValueSource, check_families, valid_label_name, valid_metric_name,
 };
-pub use template::{Context, Template, TemplateError};
+pub use template::{Context, Facts, Rendered, Template, TemplateError, push_text};
+pub use time::{parse_date, parse_rfc3339};
 
 #[cfg(test)]
 mod tests;

@@ -47,20 +47,43 @@ impl MetricKind {
     }
 }
 
-/// One string or a list of them (`where = { "/type" = "qemu" }` or
-/// `["qemu", "lxc"]`).
+/// What a `where` filter accepts: one string or a list of them (`where =
+/// { "/type" = "qemu" }` or `["qemu", "lxc"]`), or `true`/`false` for a
+/// field that must be there (not null) or must not.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum OneOrMany {
+    Present(bool),
     One(String),
     Many(Vec<String>),
 }
 
+/// A compiled `where` filter on one field.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Filter {
+    /// The field's text is one of these.
+    AnyOf(Vec<String>),
+    /// The field is there and not null (`true`), or it is not (`false`).
+    Present(bool),
+}
+
+/// How a text value becomes a number (`parse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeFormat {
+    /// `YYYY-MM-DD`: midnight UTC of that day, in Unix seconds.
+    Date,
+    /// RFC 3339 (`2026-12-02T08:00:00Z`, `…+01:00`, fractions allowed): Unix
+    /// seconds.
+    Rfc3339,
+}
+
 impl OneOrMany {
-    fn into_vec(self) -> Vec<String> {
+    fn into_filter(self) -> Filter {
         match self {
-            OneOrMany::One(s) => vec![s],
-            OneOrMany::Many(v) => v,
+            OneOrMany::Present(b) => Filter::Present(b),
+            OneOrMany::One(s) => Filter::AnyOf(vec![s]),
+            OneOrMany::Many(v) => Filter::AnyOf(v),
         }
     }
 }
@@ -80,7 +103,7 @@ pub struct ValueRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub each: Option<String>,
     /// Keep the elements whose field (a pointer inside the element) equals
-    /// one of the strings.
+    /// one of the strings, or is there (`true`) or not (`false`).
     #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
     pub where_: Option<BTreeMap<String, OneOrMany>>,
     /// A pointer inside the element, or `@count` (the number of elements
@@ -99,6 +122,9 @@ pub struct ValueRule {
     pub map_default: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<f64>,
+    /// Read a text value as a time (`date` or `rfc3339`): Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parse: Option<TimeFormat>,
     /// Label name → the text for a missing label (else the empty label).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub defaults: BTreeMap<String, String>,
@@ -162,14 +188,15 @@ pub struct Rule {
     pub help: Arc<str>,
     pub kind: MetricKind,
     pub each: Option<Pointer>,
-    /// (field, accepted texts), all of which must hold.
-    pub filters: Vec<(Pointer, Vec<String>)>,
+    /// (field, filter), all of which must hold.
+    pub filters: Vec<(Pointer, Filter)>,
     pub value: ValueSource,
     /// In label-name order.
     pub labels: Vec<LabelRule>,
     pub map: BTreeMap<String, f64>,
     pub map_default: Option<f64>,
     pub scale: f64,
+    pub parse: Option<TimeFormat>,
     pub states: Vec<Arc<str>>,
     pub state_label: Arc<str>,
 }
@@ -269,11 +296,11 @@ impl ValueRule {
             }
             for (field, accepted) in w {
                 let key = format!("where.{field}");
-                let accepted = accepted.clone().into_vec();
-                if accepted.is_empty() {
+                let filter = accepted.clone().into_filter();
+                if filter == Filter::AnyOf(Vec::new()) {
                     return Err(RuleError::new(key, "[]", "lists no value, so it would keep nothing"));
                 }
-                filters.push((pointer(&key, field)?, accepted));
+                filters.push((pointer(&key, field)?, filter));
             }
         }
 
@@ -335,6 +362,28 @@ impl ValueRule {
                 scale,
                 format!("a {} has no number to scale", self.kind.as_str()),
             ));
+        }
+
+        if let Some(f) = self.parse {
+            let text = match f {
+                TimeFormat::Date => "date",
+                TimeFormat::Rfc3339 => "rfc3339",
+            };
+            if !matches!(value, ValueSource::Field(_)) || !matches!(self.kind, MetricKind::Gauge | MetricKind::Counter)
+            {
+                return Err(RuleError::new(
+                    "parse",
+                    text,
+                    "reads the value field of a gauge or counter as a time",
+                ));
+            }
+            if !self.map.is_empty() || self.map_default.is_some() {
+                return Err(RuleError::new(
+                    "parse",
+                    text,
+                    "a value is read as a time or through map, not both",
+                ));
+            }
         }
 
         let state_label: Arc<str> = Arc::from(self.state_label.as_deref().unwrap_or("state"));
@@ -426,6 +475,7 @@ impl ValueRule {
             map: self.map.clone(),
             map_default: self.map_default,
             scale,
+            parse: self.parse,
             states: self.states.iter().map(|s| Arc::from(s.as_str())).collect(),
             state_label,
         })

@@ -1,7 +1,8 @@
 //! Label values: a pointer (`/id`), the element's object key (`@key`), the
-//! fan-out item (`@item`), or a template mixing literal text with any of
-//! them in braces (`"{/type}/{/vmid}"`, `"cluster/{/name}"`; `{{` and `}}`
-//! are literal braces).
+//! fan-out item (`@item`, or one of its fields: `@item.node`), an instance
+//! fact (`@fact.cluster`), or a template mixing literal text with any of
+//! them in braces (`"{/type}/{/vmid}"`, `"cluster/{@fact.cluster}"`; `{{`
+//! and `}}` are literal braces).
 
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -16,6 +17,11 @@ pub enum Part {
     Key,
     /// The fan-out item the body belongs to.
     Item,
+    /// One field of the fan-out item (`@item.node`), when the group fans
+    /// out over items made of several fields (`item_fields`).
+    ItemField(Box<str>),
+    /// A fact the instance's `facts` groups learned (`@fact.cluster`).
+    Fact(Box<str>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -27,7 +33,9 @@ pub struct Template {
 pub enum TemplateError {
     #[error("is empty")]
     Empty,
-    #[error("a label is a pointer (/id), @key, @item, or a template with {{…}} such as \"{{/type}}/{{/vmid}}\"")]
+    #[error(
+        "a label is a pointer (/id), @key, @item, @item.FIELD, @fact.NAME, or a template with {{…}} such as \"{{/type}}/{{/vmid}}\""
+    )]
     Bare,
     #[error("a {{ is not closed")]
     Unclosed,
@@ -39,18 +47,49 @@ pub enum TemplateError {
     BadPointer(String, PointerError),
 }
 
+/// An instance's facts: name → text, learned from the groups that declare
+/// `facts`.
+pub type Facts = std::collections::BTreeMap<String, String>;
+
 /// What a template reads besides the element itself.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Context<'a> {
     pub key: Option<&'a str>,
     pub item: Option<&'a str>,
+    /// The instance's facts, when the rules read any.
+    pub facts: Option<&'a Facts>,
 }
 
+/// What rendering a template found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rendered {
+    /// Every part was there.
+    Done,
+    /// A field, key or item was missing: the label takes its default.
+    Missing,
+    /// A fact the instance has not learned (yet): the sample waits for it.
+    NoFact,
+}
+
+const PLACEHOLDERS: &str = "only @key, @item, @item.FIELD and @fact.NAME";
+
 fn placeholder(inner: &str) -> Result<Part, TemplateError> {
+    let named = |name: &str, what: fn(Box<str>) -> Part| {
+        if crate::values::valid_label_name(name) {
+            Ok(what(name.into()))
+        } else {
+            Err(TemplateError::BadPlaceholder(
+                inner.into(),
+                "a field or fact name is [a-zA-Z_][a-zA-Z0-9_]*",
+            ))
+        }
+    };
     match inner {
         "@key" => Ok(Part::Key),
         "@item" => Ok(Part::Item),
-        _ if inner.starts_with('@') => Err(TemplateError::BadPlaceholder(inner.into(), "only @key and @item")),
+        _ if inner.starts_with("@item.") => named(&inner["@item.".len()..], Part::ItemField),
+        _ if inner.starts_with("@fact.") => named(&inner["@fact.".len()..], Part::Fact),
+        _ if inner.starts_with('@') => Err(TemplateError::BadPlaceholder(inner.into(), PLACEHOLDERS)),
         _ if inner.is_empty() => Err(TemplateError::BadPlaceholder(inner.into(), "names nothing")),
         _ => Pointer::parse(inner)
             .map(Part::Field)
@@ -65,16 +104,9 @@ impl Template {
         }
         if !text.contains(['{', '}']) {
             return match text {
-                "@key" => Ok(Template {
-                    parts: [Part::Key].into(),
-                }),
-                "@item" => Ok(Template {
-                    parts: [Part::Item].into(),
-                }),
-                _ if text.starts_with('/') => Ok(Template {
+                _ if text.starts_with(['/', '@']) => Ok(Template {
                     parts: [placeholder(text)?].into(),
                 }),
-                _ if text.starts_with('@') => Err(TemplateError::BadPlaceholder(text.into(), "only @key and @item")),
                 _ => Err(TemplateError::Bare),
             };
         }
@@ -111,29 +143,54 @@ impl Template {
         self.parts.iter().any(|p| matches!(p, Part::Key))
     }
 
-    /// Appends the label's text to `out` and says whether every part was
-    /// found. A part that is missing (no such field, a JSON null, no key or
-    /// item) makes the whole label missing: the caller then uses the
-    /// rule's default.
-    pub fn render(&self, element: &Value, cx: Context<'_>, out: &mut String) -> bool {
+    /// The item fields it reads (`@item.FIELD`).
+    pub fn item_fields(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::ItemField(f) => Some(&**f),
+            _ => None,
+        })
+    }
+
+    /// The facts it reads (`@fact.NAME`).
+    pub fn facts(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Fact(f) => Some(&**f),
+            _ => None,
+        })
+    }
+
+    /// Appends the label's text to `out` and says what it found. A part
+    /// that is missing (no such field, a JSON null, no key, item or item
+    /// field) makes the whole label missing: the caller then uses the
+    /// rule's default. A fact not learned yet is [`Rendered::NoFact`].
+    pub fn render(&self, element: &Value, cx: Context<'_>, out: &mut String) -> Rendered {
+        let mut found = Rendered::Done;
         for part in self.parts.iter() {
             match part {
                 Part::Text(t) => out.push_str(t),
                 Part::Key => match cx.key {
                     Some(k) => out.push_str(k),
-                    None => return false,
+                    None => found = Rendered::Missing,
                 },
                 Part::Item => match cx.item {
                     Some(k) => out.push_str(k),
-                    None => return false,
+                    None => found = Rendered::Missing,
+                },
+                Part::ItemField(f) => match cx.item.and_then(|i| super::item::field(i, f)) {
+                    Some(v) => out.push_str(&v),
+                    None => found = Rendered::Missing,
+                },
+                Part::Fact(f) => match cx.facts.and_then(|m| m.get(&**f)) {
+                    Some(v) => out.push_str(v),
+                    None => return Rendered::NoFact,
                 },
                 Part::Field(p) => match p.resolve(element) {
-                    None | Some(Value::Null) => return false,
+                    None | Some(Value::Null) => found = Rendered::Missing,
                     Some(v) => push_text(v, out),
                 },
             }
         }
-        true
+        found
     }
 }
 
@@ -158,7 +215,7 @@ mod tests {
 
     fn render(t: &str, doc: &Value, cx: Context<'_>) -> Option<String> {
         let mut out = String::new();
-        Template::parse(t).expect(t).render(doc, cx, &mut out).then_some(out)
+        (Template::parse(t).expect(t).render(doc, cx, &mut out) == Rendered::Done).then_some(out)
     }
 
     #[test]
@@ -175,6 +232,7 @@ mod tests {
         let cx = Context {
             key: Some("k1"),
             item: Some("node1"),
+            ..Context::default()
         };
         assert_eq!(render("@key", &doc, cx).as_deref(), Some("k1"));
         assert_eq!(render("{@item}:{@key}", &doc, cx).as_deref(), Some("node1:k1"));
@@ -186,6 +244,42 @@ mod tests {
             "one missing part: the label is missing"
         );
         assert_eq!(render("@item", &doc, none), None);
+    }
+
+    #[test]
+    fn item_fields_and_facts_render_and_an_unknown_fact_is_told_apart() {
+        let doc = json!({"x": 1});
+        let facts = Facts::from([("cluster".to_string(), "lab".to_string())]);
+        let cx = Context {
+            item: Some("node=pve1,vmid=100"),
+            facts: Some(&facts),
+            ..Context::default()
+        };
+        assert_eq!(render("@item.node", &doc, cx).as_deref(), Some("pve1"));
+        assert_eq!(render("qemu/{@item.vmid}", &doc, cx).as_deref(), Some("qemu/100"));
+        assert_eq!(
+            render("cluster/{@fact.cluster}", &doc, cx).as_deref(),
+            Some("cluster/lab")
+        );
+        assert_eq!(render("@item.type", &doc, cx), None, "an item field the item lacks");
+        let mut out = String::new();
+        let t = Template::parse("cluster/{@fact.name}").unwrap();
+        assert_eq!(t.render(&doc, cx, &mut out), Rendered::NoFact);
+        assert_eq!(
+            t.render(&doc, Context::default(), &mut String::new()),
+            Rendered::NoFact,
+            "no facts at all"
+        );
+        let both = Template::parse("{@fact.cluster}/{/missing}").unwrap();
+        assert_eq!(both.render(&doc, cx, &mut String::new()), Rendered::Missing);
+        assert_eq!(
+            Template::parse("{@item.node}/{@fact.cluster}/{@item.vmid}")
+                .unwrap()
+                .item_fields()
+                .collect::<Vec<_>>(),
+            ["node", "vmid"]
+        );
+        assert_eq!(t.facts().collect::<Vec<_>>(), ["name"]);
     }
 
     #[test]
@@ -203,6 +297,14 @@ mod tests {
             Err(TemplateError::BadPlaceholder(..))
         ));
         assert!(matches!(Template::parse("{}"), Err(TemplateError::BadPlaceholder(..))));
+        assert!(matches!(
+            Template::parse("@item."),
+            Err(TemplateError::BadPlaceholder(..))
+        ));
+        assert!(matches!(
+            Template::parse("{@fact.a-b}"),
+            Err(TemplateError::BadPlaceholder(..))
+        ));
         assert!(matches!(Template::parse("x{id}"), Err(TemplateError::BadPointer(..))));
         assert!(matches!(Template::parse("/a~9"), Err(TemplateError::BadPointer(..))));
     }

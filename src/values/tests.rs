@@ -190,6 +190,108 @@ fn templates_keys_items_and_counts() {
 }
 
 #[test]
+fn item_fields_and_facts_fill_labels_and_an_unknown_fact_holds_the_sample_back() {
+    let body = json!({"data": {"onboot": 1}, "list": [1, 2, 3]});
+    let onboot = compile(
+        r#"
+        metric = "pve_onboot_status"
+        value = "/data/onboot"
+        labels = { id = "{@item.type}/{@item.vmid}", node = "@item.node", type = "@item.type" }
+        "#,
+    );
+    let total = compile(
+        r#"
+        metric = "pve_not_backed_up_total"
+        each = "/list"
+        value = "@count"
+        labels = { id = "cluster/{@fact.cluster}" }
+        "#,
+    );
+    let rules = [onboot, total];
+    let item = item::compose(&[("node", "pve1".into()), ("type", "qemu".into()), ("vmid", "100".into())]);
+    let facts = Facts::from([("cluster".to_string(), "lab".to_string())]);
+    let run = |facts: Option<&Facts>| {
+        let mut x = Extractor::new(DEFAULT_MAX_SERIES);
+        x.feed_in(
+            &rules,
+            &body,
+            Context {
+                item: Some(&item),
+                facts,
+                ..Context::default()
+            },
+        );
+        x.finish()
+    };
+    let x = run(Some(&facts));
+    assert_eq!(
+        series(&x),
+        [
+            "pve_onboot_status{id=qemu/100,node=pve1,type=qemu} 1",
+            "pve_not_backed_up_total{id=cluster/lab} 3"
+        ]
+    );
+    assert!(!x.waiting_for_facts);
+    let x = run(None);
+    assert_eq!(series(&x), ["pve_onboot_status{id=qemu/100,node=pve1,type=qemu} 1"]);
+    assert!(x.waiting_for_facts, "the total waits for the cluster's name");
+    assert_eq!(x.skipped_for(SkipReason::Missing), 1);
+    let other = Facts::from([("node".to_string(), "pve1".to_string())]);
+    assert!(run(Some(&other)).waiting_for_facts, "another fact is not the one named");
+}
+
+#[test]
+fn where_presence_and_text_times() {
+    let body = json!({"data": [
+        {"id": "a", "due": "2027-06-30", "at": "2026-12-02T08:15:00+01:00"},
+        {"id": "b", "due": null, "at": "yesterday"},
+        {"id": "c"},
+        {"id": "d", "due": "30.06.2027", "at": 5}
+    ]});
+    let due = compile(
+        r#"
+        metric = "due_timestamp_seconds"
+        each = "/data"
+        where = { "/due" = true }
+        value = "/due"
+        parse = "date"
+        labels = { id = "/id" }
+        "#,
+    );
+    let at = compile(
+        r#"
+        metric = "seen_timestamp_ms"
+        each = "/data"
+        value = "/at"
+        parse = "rfc3339"
+        scale = 1000.0
+        labels = { id = "/id" }
+        "#,
+    );
+    let absent = compile(
+        r#"
+        metric = "undated"
+        kind = "info"
+        each = "/data"
+        where = { "/due" = false }
+        labels = { id = "/id" }
+        "#,
+    );
+    let x = extract(&[due, at, absent], &body, None, DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        [
+            "due_timestamp_seconds{id=a} 1814313600",
+            "seen_timestamp_ms{id=a} 1796195700000",
+            "undated{id=b} 1",
+            "undated{id=c} 1"
+        ]
+    );
+    // "30.06.2027", "yesterday" and the number 5 are not times; c has no `at`.
+    assert_eq!(x.skipped_for(SkipReason::NotNumber), 3);
+}
+
+#[test]
 fn duplicates_across_rules_and_the_series_limit_are_counted() {
     let a = compile("metric = \"m\"\neach = \"/data\"\nvalue = \"/vmid\"\nlabels = { node = \"/node\" }");
     let x = extract(std::slice::from_ref(&a), &resources(), None, DEFAULT_MAX_SERIES);
@@ -267,6 +369,23 @@ fn bad_rules_are_refused_naming_the_key() {
         ),
         ("metric = \"x\"\nvalue = \"/a\"\nscale = 0.0", "scale"),
         ("metric = \"x\"\nvalue = \"/a\"\nhelp = \"a\\nb\"", "help"),
+        ("metric = \"x\"\nkind = \"info\"\nparse = \"date\"", "parse"),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nparse = \"date\"\nmap = { a = 1 }",
+            "parse",
+        ),
+        (
+            "metric = \"x\"\neach = \"/d\"\nvalue = \"@count\"\nparse = \"rfc3339\"",
+            "parse",
+        ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nlabels = { id = \"{@fact.a-b}\" }",
+            "labels.id",
+        ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nlabels = { id = \"@item.\" }",
+            "labels.id",
+        ),
     ];
     for (text, key) in cases {
         assert_eq!(compile_err(text).key, key, "{text}");
@@ -317,8 +436,14 @@ proptest! {
             compile("metric = \"s\"\nkind = \"stateset\"\neach = \"/a\"\nvalue = \"/b\"\nstates = [\"x\", \"1\"]\nlabels = { c = \"{/c}-{/a}\" }"),
             compile("metric = \"c_total\"\nkind = \"counter\"\neach = \"/b\"\nwhere = { \"/a\" = [\"1\", \"true\"] }\nvalue = \"@count\""),
             compile("metric = \"i\"\nkind = \"info\"\nlabels = { a = \"/a\" }\nsorted_lists = [\"a\"]"),
+            compile("metric = \"t\"\neach = \"/a\"\nwhere = { \"/b\" = true }\nvalue = \"/b\"\nparse = \"date\"\nlabels = { f = \"@fact.f\", n = \"{@item.n}\" }"),
+            compile("metric = \"u\"\neach = \"/a\"\nwhere = { \"/c\" = false }\nvalue = \"/b\"\nparse = \"rfc3339\"\nlabels = { k = \"@key\" }"),
         ];
-        let x = extract(&rules, &body, Some("it"), limit);
+        let facts = Facts::from([("f".to_string(), "x".to_string())]);
+        let item = item::compose(&[("n", "a,b=%".into())]);
+        let mut x = Extractor::new(limit);
+        x.feed_in(&rules, &body, Context { item: Some(&item), facts: Some(&facts), ..Context::default() });
+        let x = x.finish();
         prop_assert!(x.samples.len() <= limit);
         let mut seen = std::collections::HashSet::new();
         for s in &x.samples {

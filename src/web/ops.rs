@@ -197,6 +197,15 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
         .map(|t| t.groups.clone())
         .unwrap_or_default();
     let mut results = Vec::new();
+    // The facts the instance has learned, and what this run learns (groups
+    // run in the type's order, so a fact group listed first serves the
+    // rest).
+    let mut facts = app
+        .engine
+        .latest()
+        .facts_of(name)
+        .map(|f| (*f).clone())
+        .unwrap_or_default();
     for g in groups {
         let started = Instant::now();
         let items = app.engine.fan_out_items(&e.config, &g);
@@ -205,11 +214,14 @@ pub async fn test_instance(app: &AppState, name: &str) -> Result<Vec<TestResult>
         let duration_ms = started.elapsed().as_millis() as u64;
         results.push(match r {
             Ok(Ok(ok)) => {
+                if let Some(learned) = &ok.facts {
+                    facts.extend(learned.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
                 let extraction = cat
                     .values
                     .group(&e.config.type_name, &g.name)
                     .zip(ok.json.as_ref())
-                    .map(|(rules, json)| rules.run(json));
+                    .map(|(rules, json)| rules.run(json, Some(&facts)));
                 TestResult {
                     group: g.name,
                     ok: true,

@@ -6,9 +6,14 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-/// Asserts that `promtool check metrics` accepts `text`. Without promtool
-/// the check is skipped with a note, except under `CI=true`, where
-/// promtool must be installed (Debian package `prometheus`).
+/// Lint findings accepted on purpose: names prometheus-pve-exporter gives
+/// and dashboards read, kept exactly (docs/PARITY.md).
+const EXPORTER_NAMES: &[&str] = &["pve_not_backed_up_total non-counter metrics should not have \"_total\" suffix"];
+
+/// Asserts that `promtool check metrics` accepts `text`: it parses, and
+/// every lint finding is one of [`EXPORTER_NAMES`]. Without promtool the
+/// check is skipped with a note, except under `CI=true`, where promtool
+/// must be installed (Debian package `prometheus`).
 pub fn check_metrics(text: &str) {
     let child = Command::new("promtool")
         .args(["check", "metrics"])
@@ -31,8 +36,14 @@ pub fn check_metrics(text: &str) {
         .write_all(text.as_bytes())
         .expect("write to promtool");
     let out = child.wait_with_output().expect("promtool runs");
+    // Lint findings come on stderr, one per line, with exit code 3; a
+    // parse error is "error while linting: …" and exit code 1.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let findings: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let only_accepted =
+        out.status.code() == Some(3) && !findings.is_empty() && findings.iter().all(|f| EXPORTER_NAMES.contains(f));
     assert!(
-        out.status.success(),
+        out.status.success() || only_accepted,
         "promtool check metrics: {}{}\n{text}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)

@@ -11,8 +11,9 @@
 //!   that is unavailable (`status: unknown`, no usage figures);
 //! - `sdn` and `pool` entries in `cluster/resources`;
 //! - a guest (`lxc/201`) that no backup job covers;
-//! - replication jobs on `pve1` (one of them failing), subscriptions (none
-//!   on `pve1`, an active one on `pve2`), no QDevice.
+//! - replication jobs on `pve1` (one of them failing), subscriptions (an
+//!   active one on `pve1` with its next due date, none on `pve2`), and a
+//!   connected QDevice.
 //!
 //! Every answer is `{"data": ...}` like the real API. Figures (CPU, memory,
 //! traffic, uptime, replication times) are pure functions of `tick`, so they
@@ -47,7 +48,7 @@ const NODES: [Node; 3] = [
         nodeid: 1,
         ip: "10.0.0.11",
         online: true,
-        level: "",
+        level: "c",
         maxcpu: 16,
         maxmem: 68_719_476_736,
         maxdisk: 100_861_726_720,
@@ -58,7 +59,7 @@ const NODES: [Node; 3] = [
         nodeid: 2,
         ip: "10.0.0.12",
         online: true,
-        level: "c",
+        level: "",
         maxcpu: 8,
         maxmem: 34_359_738_368,
         maxdisk: 100_861_726_720,
@@ -893,8 +894,15 @@ pub fn answer(path: &str, query: &str, tick: u64) -> Option<Value> {
         ["cluster", "replication"] => replication_config(),
         ["cluster", "ha", "resources"] => ha_resources(),
         ["cluster", "ha", "status", "current"] => ha_status(tick),
-        // No QDevice is configured: Proxmox answers an empty object.
-        ["cluster", "config", "qdevice"] => json!({}),
+        // A QDevice as `corosync-qdevice-tool -s` reports it (a cluster
+        // without one answers an empty object).
+        ["cluster", "config", "qdevice"] => json!({
+            "Model": "Net",
+            "Algorithm": "Fifty-Fifty split",
+            "QNetd host": "10.0.0.9:5403",
+            "Tie-breaker": "Node with lowest node ID",
+            "State": "Connected",
+        }),
         ["nodes"] => nodes(tick),
         ["nodes", name, rest @ ..] => {
             let n = online_node(if *name == "localhost" { LOCAL_NODE } else { name })?;
@@ -1087,8 +1095,12 @@ mod tests {
                 .is_none()
         );
         assert_eq!(data("/api2/json/nodes/pve1/lxc/200/config", "", 0)["onboot"], 1);
-        assert_eq!(data("/api2/json/nodes/pve1/subscription", "", 0)["status"], "notfound");
-        assert_eq!(data("/api2/json/nodes/pve2/subscription", "", 0)["level"], "c");
+        assert_eq!(data("/api2/json/nodes/pve2/subscription", "", 0)["status"], "notfound");
+        assert_eq!(data("/api2/json/nodes/pve1/subscription", "", 0)["level"], "c");
+        assert_eq!(
+            data("/api2/json/nodes/pve1/subscription", "", 0)["nextduedate"],
+            "2027-06-30"
+        );
         let reps = array("/api2/json/nodes/pve1/replication", "", 0);
         assert_eq!(reps.len(), 2);
         assert_eq!(
@@ -1105,7 +1117,7 @@ mod tests {
         assert!(!array("/api2/json/cluster/ha/resources", "", 0).is_empty());
         assert!(!array("/api2/json/cluster/ha/status/current", "", 0).is_empty());
         assert!(!array("/api2/json/cluster/tasks", "", 0).is_empty());
-        assert_eq!(data("/api2/json/cluster/config/qdevice", "", 0), json!({}));
+        assert_eq!(data("/api2/json/cluster/config/qdevice", "", 0)["State"], "Connected");
         assert_eq!(array("/api2/json/nodes", "", 0).len(), 3);
         assert_eq!(data("/api2/json/version", "", 0)["release"], "8.3");
     }

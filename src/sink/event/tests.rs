@@ -142,6 +142,7 @@ fn poll_failed_items_and_body() {
         ],
         json: None,
         kept_body: None,
+        facts: None,
     };
     let e = PollEvent::from_result("pve", "proxmox", "nodes", Duration::from_millis(5), &Ok(ok), false)
         .with_body(br#"{"data": [1, 2]}"#);
