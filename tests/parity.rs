@@ -434,6 +434,24 @@ fn pve_type() -> pollster::model::TypeDef {
         .expect("the shipped pve type")
 }
 
+/// The items each `shape_from` group of `ty` learns from the simulated
+/// cluster, by group.
+fn learned_items(ty: &pollster::model::TypeDef) -> BTreeMap<String, Vec<String>> {
+    let mut items = BTreeMap::new();
+    for group in &ty.groups {
+        let names = if group.item_fields.is_empty() {
+            ItemNames::from(group.item_field.as_deref())
+        } else {
+            ItemNames::Fields(&group.item_fields)
+        };
+        if let (Some(pointer), Some(doc)) = (&group.shape_from, sim::answer(SimApi::Pve, &group.path, "", TICK)) {
+            let shape = shape::shape_in(&doc, pointer, names).expect("the shape");
+            items.insert(group.name.clone(), shape.items);
+        }
+    }
+    items
+}
+
 /// The exposition the preset's rules give for the simulated cluster's
 /// bodies at [`TICK`], as Pollster would serve them (no `instance`): the
 /// shapes (fan-out items) and facts are read from the bodies first, as the
@@ -442,18 +460,9 @@ fn pve_type() -> pollster::model::TypeDef {
 fn offline_exposition() -> String {
     let ty = pve_type();
     let body = |path: &str| sim::answer(SimApi::Pve, path, "", TICK);
-    let mut items: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let items = learned_items(&ty);
     let mut facts = Facts::new();
     for group in &ty.groups {
-        let names = if group.item_fields.is_empty() {
-            ItemNames::from(group.item_field.as_deref())
-        } else {
-            ItemNames::Fields(&group.item_fields)
-        };
-        if let (Some(pointer), Some(doc)) = (&group.shape_from, body(&group.path)) {
-            let shape = shape::shape_in(&doc, pointer, names).expect("the shape");
-            items.insert(&group.name, shape.items);
-        }
         if !group.facts.is_empty() {
             let doc = body(&group.path).expect("a fact group's body");
             for (name, pointer) in &group.facts {
@@ -730,7 +739,14 @@ async fn the_pve_preset_gives_what_prometheus_pve_exporter_gives() {
     let took = started.elapsed();
     // Pollster's own schedule: no group is polled faster than its floor (30 s
     // at least), so within the scrapes at most each task runs about once.
-    let tasks = pve_type().groups.len() as u64 + 2 * 3; // fan-outs: one call per node
+    let ty = pve_type();
+    let items = learned_items(&ty);
+    // One call per group, per item for a fan-out.
+    let tasks: u64 = ty
+        .groups
+        .iter()
+        .map(|g| g.fan_out.as_ref().map_or(1, |f| items[f.as_str()].len() as u64))
+        .sum();
     let schedule_bound = tasks * (1 + took.as_secs() / 30);
     println!(
         "200 scrapes of /values in {took:?}: {moved} upstream requests (schedule bound {schedule_bound}); \
