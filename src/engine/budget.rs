@@ -105,8 +105,12 @@ impl BudgetState {
         let events = log_transitions(&self.plans, &plans);
         self.events.extend(events);
         self.plans = plans;
-        for a in self.aimd.values_mut() {
+        for (name, a) in self.aimd.iter_mut() {
             a.mark_solved();
+            // What the pool sends under this plan: the level of its next 429.
+            if let Some(p) = self.plans.get(name) {
+                a.set_sending(p.plan.total_demand_rps);
+            }
         }
         self.solved_at = now;
         let warnings: Vec<String> = self

@@ -124,9 +124,7 @@ pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<
             let (changed, resolve) = b.tick(now, &settings);
             (changed, resolve, b.solved_at, std::mem::take(&mut b.events))
         };
-        for e in events {
-            shared.sink.emit(&Event::pool(now, e));
-        }
+        shared.stage_pool_events(now, events);
         if !changed.is_empty() {
             let cat = shared.catalog();
             let mut s = shared.sched();

@@ -10,7 +10,9 @@
 //! their own commit, breaker transitions and rechecks with the group commit
 //! of their record (staged in `Shared::staged` under the scheduler lock, in
 //! the same critical section as the change, so a flush takes both or
-//! neither). Poll events go to the sink's memory queue, best effort.
+//! neither). Budget pool transitions (over budget, shedding, restored, AIMD
+//! decrease and recovery) are change events too, staged for the next group
+//! commit. Poll events go to the sink's memory queue, best effort.
 //!
 //! Concurrency: the pure [`Scheduler`] sits behind one `std::sync::Mutex`,
 //! held only for short, non-async sections. Every write of task rows goes
@@ -266,9 +268,7 @@ impl Shared {
         }
         s.retain_pools(&|p: &str| cat.budgets.iter().any(|x| x.name == p));
         drop(b);
-        for e in events {
-            self.sink.emit(&Event::pool(now, e));
-        }
+        self.stage_pool_events(now, events);
         let keep: std::collections::HashSet<&TaskKey> = desired.iter().map(|(k, _)| k).collect();
         let gone: Vec<TaskKey> = s.tasks().map(|t| t.key.clone()).filter(|k| !keep.contains(k)).collect();
         for k in gone {
@@ -313,6 +313,20 @@ impl Shared {
         }
     }
 
+    /// Pool transitions as change events: staged for the next group commit
+    /// (the flusher's, or the final one at shutdown), so they outlive a
+    /// crash and reach a receiver that was down. Lock order: `scheduler`
+    /// (if held) before `staged`.
+    fn stage_pool_events(&self, now: Timestamp, events: impl IntoIterator<Item = PoolEvent>) {
+        let rows: Vec<OutboxEvent> = events
+            .into_iter()
+            .filter_map(|e| self.sink.stage(&Event::pool(now, e)))
+            .collect();
+        if !rows.is_empty() {
+            lock(&self.staged).extend(rows);
+        }
+    }
+
     /// A 429 from a task of `pool`: AIMD lowers the pool's budget (at most
     /// once per cooldown) and `Retry-After` pauses the pool.
     fn rate_limited(&self, pool: &str, retry_after: Option<Duration>, now: Timestamp) {
@@ -328,9 +342,7 @@ impl Shared {
             });
             (signal, rate, event)
         };
-        if let Some(e) = event {
-            self.sink.emit(&Event::pool(now, e));
-        }
+        self.stage_pool_events(now, event);
         let mut s = self.sched();
         if signal.decreased {
             let burst = self

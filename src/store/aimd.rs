@@ -79,6 +79,7 @@ mod tests {
             effective_rps: 4.25,
             last_decrease: Some(Timestamp(1_000)),
             last_429: Some(Timestamp(1_000)),
+            last_429_rps: Some(5.6),
             recovery: Recovery::Fast {
                 rps_per_minute: 1.6,
                 until_rps: 7.2,

@@ -24,7 +24,7 @@
 //! | `outbox`    | sequence, `u64` big-endian             | `OutboxEvent` (`StoredOutboxEvent`): a change event to deliver, deleted once a receiver took it |
 //! | `values`    | instance `\0` group                    | `TaskValues` (`StoredValues`): the samples a task's value rules gave at its last good poll, written when they change |
 //! | `bodies`    | instance `\0` group `\0` fan-out item ("" for none) | `BodyRecord` (`StoredBody`): a `keep_body` group's last good body, written when it changes |
-//! | `aimd`      | budget pool name                       | `AimdState` (`StoredAimd`): the pool's effective budget, last decrease and 429, recovery in progress |
+//! | `aimd`      | budget pool name                       | `AimdState` (`StoredAimd`): the pool's effective budget, last decrease and 429 (and its level), recovery in progress |
 //!
 //! The `meta` table's name, types and `schema_version` entry are a contract
 //! with every past and future release: that is how a release recognises a

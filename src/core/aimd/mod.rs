@@ -23,9 +23,16 @@
 //! - **Fast recovery.** After a decrease that did not recur (no other decrease in the [`AIMD_QUIET`] before
 //!   it), while no further 429 arrives and the pool is shedding groups, the budget recovers faster: at the
 //!   rate that would win back, in [`FAST_RECOVERY`] (2 min), what the decrease took below
-//!   [`FAST_RECOVERY_CEILING`] (90 %) of the budget the 429 came at; never slower than
+//!   [`FAST_RECOVERY_CEILING`] (90 %) of the *level of the 429*; never slower than
 //!   `recovery_rps_per_minute`, and only up to that 90 % (then the additive step again). A decrease that
 //!   recurs keeps the slow additive step.
+//! - **The level of a 429** is the rate the pool was sending when it came: what the plan in force let it
+//!   send ([`Aimd::set_sending`], its demand after stretching and shedding), at most the budget in force.
+//!   Not the budget: a pool planned at 70 % of it never used the rest, so a 429 says nothing about that
+//!   rest, and probing back to 90 % of the budget went past the API's limit (scenario B: a decrease at
+//!   8 rps while sending about 5, the org leaving 4; fast recovery towards 7.2 drew a second 429 round).
+//!   Kept as [`Aimd::last_429_rps`] (a 429 inside the cooldown is an echo of the one that decreased and
+//!   does not move it) and saved with the state.
 //! - CHOICE: recovery only starts once the 30 s cooldown after the last decrease has passed; time inside
 //!   the cooldown earns nothing. Recovery accrued since the last [`Aimd::tick`] is forfeited when a 429
 //!   causes a decrease (the 429 shows the pool was already too fast), which also guarantees that a 429
@@ -116,6 +123,10 @@ pub struct Aimd {
     last_429: Option<Timestamp>,
     /// How the budget recovers since the last decrease.
     recovery: Recovery,
+    /// What the plan in force lets the pool send (rps); the configured budget until a plan says.
+    sending: f64,
+    /// The level of the last 429 outside the cooldown: the rate the pool was sending then (rps).
+    last_429_rps: Option<f64>,
 }
 
 /// How the budget recovers after a decrease.
@@ -137,6 +148,8 @@ pub struct AimdState {
     pub effective_rps: f64,
     pub last_decrease: Option<Timestamp>,
     pub last_429: Option<Timestamp>,
+    /// The level of the last 429 (rps): the rate the pool was sending when it came.
+    pub last_429_rps: Option<f64>,
     /// The recovery in progress.
     pub recovery: Recovery,
     /// Recovery was accounted up to here.
@@ -185,6 +198,8 @@ impl Aimd {
             paused_until: None,
             last_429: None,
             recovery: Recovery::Additive,
+            sending: configured,
+            last_429_rps: None,
         }
     }
 
@@ -200,6 +215,7 @@ impl Aimd {
         }
         a.last_decrease = state.last_decrease.filter(|&d| d <= now);
         a.last_429 = state.last_429.filter(|&t| t <= now);
+        a.last_429_rps = state.last_429_rps.filter(|r| r.is_finite() && *r >= 0.0);
         a.recovery = match state.recovery {
             Recovery::Fast {
                 rps_per_minute,
@@ -260,6 +276,7 @@ impl Aimd {
             effective_rps: self.effective,
             last_decrease: self.last_decrease,
             last_429: self.last_429,
+            last_429_rps: self.last_429_rps,
             recovery: self.recovery,
             at: self.last_tick,
         }
@@ -290,6 +307,11 @@ impl Aimd {
         let mut decreased = false;
         let lone = retry_after.is_some() && self.last_429.is_none_or(|t| now.since(t) >= AIMD_QUIET);
         self.last_429 = Some(now);
+        // What the pool was sending: the plan's rate, never above the budget in force.
+        let level = self.sending.min(self.effective);
+        if !self.in_cooldown(now) {
+            self.last_429_rps = Some(level);
+        }
         if s.enabled && !lone && !self.in_cooldown(now) {
             let before = self.effective;
             let backed_off = (before * s.multiplier()).max(self.floor());
@@ -300,7 +322,7 @@ impl Aimd {
             self.recovery = if recurs {
                 Recovery::Additive
             } else {
-                let until_rps = FAST_RECOVERY_CEILING * before;
+                let until_rps = FAST_RECOVERY_CEILING * level;
                 let lost = (until_rps - self.effective).max(0.0);
                 Recovery::Fast {
                     rps_per_minute: lost * 60.0 / FAST_RECOVERY.as_secs_f64(),
@@ -377,6 +399,16 @@ impl Aimd {
         self.solved_with = self.effective;
     }
 
+    /// The plan in force lets the pool send `rps` (its demand after stretching and shedding): the level
+    /// of the next 429 (see the module docs). Nonsense (negative, NaN) is taken as the budget.
+    pub fn set_sending(&mut self, rps: f64) {
+        self.sending = if rps.is_finite() && rps >= 0.0 {
+            rps
+        } else {
+            self.configured
+        };
+    }
+
     /// The effective budget the plan was last solved with.
     pub fn solved_with(&self) -> f64 {
         self.solved_with
@@ -411,6 +443,11 @@ impl Aimd {
     /// The last 429, whether it decreased the budget or only paused the pool.
     pub fn last_429(&self) -> Option<Timestamp> {
         self.last_429
+    }
+
+    /// The level of the last 429 outside the cooldown: the rate the pool was sending when it came.
+    pub fn last_429_rps(&self) -> Option<f64> {
+        self.last_429_rps
     }
 
     /// How the budget recovers since the last decrease.

@@ -184,6 +184,81 @@ fn fast_recovery_while_shedding_wins_back_ninety_percent_in_two_minutes() {
 }
 
 #[test]
+fn fast_recovery_stops_below_the_rate_the_pool_was_sending_when_the_429_came() {
+    // Scenario B: a pool of 8 rps whose plan sends 5.5 rps; the API leaves it 4.
+    let mut a = Aimd::new(8.0, ts(0));
+    a.set_sending(5.5);
+    a.on_rate_limited(secs(10), None, &S);
+    assert_eq!((a.effective(), a.last_429_rps()), (4.0, Some(5.5)));
+    // 90 % of 5.5, not of the 8 rps budget the pool never used: (4.95 − 4) rps in 2 minutes.
+    let Recovery::Fast {
+        rps_per_minute,
+        until_rps,
+    } = a.recovery()
+    else {
+        panic!("{:?}", a.recovery())
+    };
+    assert!(
+        close(until_rps, 4.95) && close(rps_per_minute, 0.475),
+        "{:?}",
+        a.recovery()
+    );
+    a.tick_shedding(secs(40 + 120), &S, true);
+    assert!(close(a.effective(), 4.95), "{}", a.effective());
+    // Then the additive step, shedding or not.
+    a.tick_shedding(secs(40 + 180), &S, true);
+    assert!(close(a.effective(), 5.05), "{}", a.effective());
+}
+
+#[test]
+fn the_level_of_a_429_is_never_above_the_budget_in_force() {
+    // A plan that sends more than the budget (fixed mode, over budget): the budget is the level.
+    let mut a = Aimd::new(8.0, ts(0));
+    a.set_sending(12.0);
+    a.on_rate_limited(ts(0), None, &S);
+    assert_eq!(a.last_429_rps(), Some(8.0));
+    assert!(matches!(a.recovery(), Recovery::Fast { until_rps, .. } if close(until_rps, 7.2)));
+    // Nonsense from the plan is taken as the budget.
+    let mut a = Aimd::new(8.0, ts(0));
+    a.set_sending(f64::NAN);
+    a.on_rate_limited(ts(0), None, &S);
+    assert_eq!(a.last_429_rps(), Some(8.0));
+}
+
+#[test]
+fn a_pool_sending_below_where_the_decrease_left_it_recovers_only_additively() {
+    // Sending 3 rps at 8: the decrease to 4 is already above 90 % of the level.
+    let mut a = Aimd::new(8.0, ts(0));
+    a.set_sending(3.0);
+    a.on_rate_limited(ts(0), None, &S);
+    a.tick_shedding(secs(90), &S, true);
+    assert!(close(a.effective(), 4.1), "{}", a.effective());
+}
+
+#[test]
+fn a_429_inside_the_cooldown_does_not_move_the_level_and_the_level_is_saved() {
+    let mut a = Aimd::new(8.0, ts(0));
+    a.set_sending(5.5);
+    a.on_rate_limited(secs(10), None, &S);
+    // Re-planned at 4 rps; an echo of the same overload 1 s later.
+    a.set_sending(2.8);
+    assert!(!a.on_rate_limited(secs(11), None, &S).decreased);
+    assert_eq!((a.last_429(), a.last_429_rps()), (Some(secs(11)), Some(5.5)));
+    let saved = a.state();
+    assert_eq!(saved.last_429_rps, Some(5.5));
+    let b = Aimd::resume(8.0, &saved, secs(20));
+    assert_eq!((b.last_429_rps(), b.state()), (Some(5.5), saved));
+    // A level saved before it was kept (none), or nonsense, resumes as none.
+    for level in [None, Some(f64::NAN), Some(-1.0)] {
+        let old = AimdState {
+            last_429_rps: level,
+            ..saved
+        };
+        assert_eq!(Aimd::resume(8.0, &old, secs(20)).last_429_rps(), None);
+    }
+}
+
+#[test]
 fn a_decrease_that_recurs_recovers_at_the_additive_step_even_while_shedding() {
     let mut a = Aimd::new(10.0, ts(0));
     a.on_rate_limited(ts(0), None, &S);

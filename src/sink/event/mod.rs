@@ -172,7 +172,8 @@ impl Event {
         }
     }
 
-    /// A budget pool's transition (best effort, like a poll event).
+    /// A budget pool's transition: a change event, given its `id` when it
+    /// is staged in the outbox.
     pub fn pool(time: Timestamp, pool: PoolEvent) -> Event {
         Event {
             time,

@@ -1,6 +1,7 @@
 //! An `aimd` value: what of a budget pool's AIMD state outlives a restart
-//! (the effective budget, the last decrease and 429, the recovery in
-//! progress). Times are milliseconds since the epoch.
+//! (the effective budget, the last decrease and 429 and the level of that
+//! 429, the recovery in progress). Times are milliseconds since the epoch.
+//! `last_429_rps` came later: bytes without it decode (no level known).
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +19,8 @@ pub(crate) struct StoredAimd {
     last_decrease: Option<u64>,
     #[serde(rename = "last_429", default, skip_serializing_if = "Option::is_none")]
     last_429: Option<u64>,
+    #[serde(rename = "last_429_rps", default, skip_serializing_if = "Option::is_none")]
+    last_429_rps: Option<f64>,
     #[serde(rename = "recovery")]
     recovery: StoredRecovery,
     #[serde(rename = "at")]
@@ -54,6 +57,7 @@ impl From<&AimdState> for StoredAimd {
             effective_rps: s.effective_rps,
             last_decrease: s.last_decrease.map(|t| t.0),
             last_429: s.last_429.map(|t| t.0),
+            last_429_rps: s.last_429_rps,
             recovery: match s.recovery {
                 Recovery::Additive => StoredRecovery::Additive,
                 Recovery::Fast {
@@ -76,6 +80,7 @@ impl From<StoredAimd> for AimdState {
             effective_rps: s.effective_rps,
             last_decrease: s.last_decrease.map(Timestamp),
             last_429: s.last_429.map(Timestamp),
+            last_429_rps: s.last_429_rps,
             recovery: match s.recovery {
                 StoredRecovery::Additive => Recovery::Additive,
                 StoredRecovery::Fast {

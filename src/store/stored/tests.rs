@@ -221,7 +221,7 @@ fn rollup() -> Rollup {
 
 const AIMD: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"configured_rps":8.0,"effective_rps":4.25,"last_decrease":1764480000000,"last_429":1764480001000,"recovery":{"kind":"fast","rps_per_minute":1.6,"until_rps":7.2},"at":1764480060000}"#,
+    json: br#"{"configured_rps":8.0,"effective_rps":4.25,"last_decrease":1764480000000,"last_429":1764480001000,"last_429_rps":5.25,"recovery":{"kind":"fast","rps_per_minute":0.25,"until_rps":4.725},"at":1764480060000}"#,
 };
 
 fn aimd() -> crate::core::aimd::AimdState {
@@ -230,6 +230,28 @@ fn aimd() -> crate::core::aimd::AimdState {
         effective_rps: 4.25,
         last_decrease: Some(Timestamp(1_764_480_000_000)),
         last_429: Some(Timestamp(1_764_480_001_000)),
+        last_429_rps: Some(5.25),
+        recovery: crate::core::aimd::Recovery::Fast {
+            rps_per_minute: 0.25,
+            until_rps: 4.725,
+        },
+        at: Timestamp(1_764_480_060_000),
+    }
+}
+
+/// Saved before the level of the last 429 was kept: it decodes with none.
+const AIMD_WITHOUT_LEVEL: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"configured_rps":8.0,"effective_rps":4.25,"last_decrease":1764480000000,"last_429":1764480001000,"recovery":{"kind":"fast","rps_per_minute":1.6,"until_rps":7.2},"at":1764480060000}"#,
+};
+
+fn aimd_without_level() -> crate::core::aimd::AimdState {
+    crate::core::aimd::AimdState {
+        configured_rps: 8.0,
+        effective_rps: 4.25,
+        last_decrease: Some(Timestamp(1_764_480_000_000)),
+        last_429: Some(Timestamp(1_764_480_001_000)),
+        last_429_rps: None,
         recovery: crate::core::aimd::Recovery::Fast {
             rps_per_minute: 1.6,
             until_rps: 7.2,
@@ -249,6 +271,7 @@ fn aimd_additive() -> crate::core::aimd::AimdState {
         effective_rps: 10.0,
         last_decrease: None,
         last_429: None,
+        last_429_rps: None,
         recovery: crate::core::aimd::Recovery::Additive,
         at: Timestamp(1_764_480_060_000),
     }
@@ -467,6 +490,13 @@ fn every_value_decodes_from_and_encodes_to_todays_bytes() {
         "aimd",
         &AIMD,
         &aimd(),
+        |a| codec::encode_stored(&StoredAimd::from(a)),
+        |b| stored::<StoredAimd, _>("aimd", b),
+    );
+    check(
+        "aimd without the level of the last 429",
+        &AIMD_WITHOUT_LEVEL,
+        &aimd_without_level(),
         |a| codec::encode_stored(&StoredAimd::from(a)),
         |b| stored::<StoredAimd, _>("aimd", b),
     );

@@ -149,7 +149,7 @@ async fn wait_ready(http: &reqwest::Client, api: &str, server: &mut Server) -> R
 }
 
 fn is_change(kind: &str) -> bool {
-    matches!(kind, "breaker" | "dead_letter" | "settings" | "operator")
+    matches!(kind, "breaker" | "dead_letter" | "settings" | "operator" | "pool")
 }
 
 /// Runs the torture. `Err` when it cannot run at all; what it finds is in
