@@ -68,6 +68,8 @@ pub struct Application {
     proxies: Vec<ipnet::IpNet>,
     max_connections: usize,
     setup_code: Option<web::SetupCode>,
+    /// What the Security page lists as protections.
+    posture: web::posture::Posture,
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
@@ -276,6 +278,10 @@ impl Application {
             proxies: config.server.proxy_nets(),
             max_connections: config.server.max_connections,
             setup_code,
+            posture: web::posture::Posture {
+                trusted_proxies: config.server.trusted_proxies.clone(),
+                ..Default::default()
+            },
         })
     }
 
@@ -302,7 +308,7 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
         let state = AppState::new(
             self.engine.handle(),
-            web::WebState::new(self.proxies.clone(), self.setup_code.clone()),
+            web::WebState::new(self.proxies.clone(), self.setup_code.clone()).with_posture(self.posture.clone()),
         );
         let state_store = state.engine.store().clone();
         let pruner = tokio::spawn(web::session_store::prune_loop(

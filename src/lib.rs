@@ -4,6 +4,7 @@
 
 pub mod accounts;
 pub mod app;
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod core;

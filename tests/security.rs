@@ -818,3 +818,159 @@ async fn a_read_token_reads_everything_but_the_backup_and_changes_nothing() {
     assert_eq!(app.get("/api/admin/backup").await.status().as_u16(), 200);
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_action_is_audited_with_who_from_where_and_the_fields_but_no_value() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let cookie = setup(&app).await;
+    // Logins, failed and not.
+    let (status, _, _) = login(&client(), &app, "not-the-password").await;
+    assert_eq!(status, 401);
+    let (status, session, _) = login(&client(), &app, PASSWORD).await;
+    assert_eq!(status, 303);
+    let session = session.expect("a session");
+    // A token made and revoked on the Security page.
+    let token = csrf(&app, &session, "/settings/security").await;
+    let page = post_form(
+        &client(),
+        app.url("/settings/security/tokens"),
+        &[("_csrf", &token), ("name", "grafana"), ("scope", "read")],
+        &[("cookie", &session)],
+    )
+    .await
+    .text()
+    .await
+    .expect("body");
+    let read = page
+        .split("id=\"new-token\" readonly value=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .expect("the new token is shown")
+        .to_string();
+    let id = app.store().verify_token(&read).expect("verify").expect("stored").id;
+    let r = post_form(
+        &client(),
+        app.url(&format!("/settings/security/tokens/{id}/revoke")),
+        &[("_csrf", &token)],
+        &[("cookie", &session)],
+    )
+    .await;
+    assert!(r.status().is_redirection() || r.status().is_success(), "{}", r.status());
+    // A settings change, an instance added with a credential and changed,
+    // then removed (through the API, with the admin token).
+    let (s, body) = app
+        .send(
+            reqwest::Method::PUT,
+            "/api/settings/monitoring",
+            Some(json!({"scheduler": {"workers": 8}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let secret = "hunter2-never-in-the-audit";
+    let (s, body) = app
+        .send(
+            reqwest::Method::POST,
+            "/api/instances",
+            Some(json!({"name": "audited", "type": "fast", "url": app.fleet.url("x"),
+                "auth": {"kind": "bearer", "token": secret}})),
+        )
+        .await;
+    assert_eq!(s, 201, "{body}");
+    let (s, body) = app
+        .send(
+            reqwest::Method::PUT,
+            "/api/instances/audited",
+            Some(
+                json!({"name": "audited", "type": "fast", "url": app.fleet.url("x"), "timeout": "3s",
+                "auth": {"kind": "bearer", "token": "another-secret-value"}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let (s, _) = app.send(reqwest::Method::DELETE, "/api/instances/audited", None).await;
+    assert_eq!(s, 204);
+
+    let r = app.get("/api/admin/audit?limit=50").await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.expect("body");
+    assert!(
+        !text.contains(secret) && !text.contains("another-secret-value"),
+        "{text}"
+    );
+    let doc: Value = serde_json::from_str(&text).expect("json");
+    let entries = doc["entries"].as_array().expect("entries");
+    let find = |action: &str| -> &Value {
+        entries
+            .iter()
+            .find(|e| e["action"] == action)
+            .unwrap_or_else(|| panic!("no {action} in {text}"))
+    };
+    assert_eq!(find("login.failed")["actor"], "user:admin");
+    assert_eq!(find("login")["source"], "127.0.0.1");
+    assert_eq!(find("token.create")["actor"], "user:admin");
+    assert_eq!(find("token.revoke")["target"], id.as_str());
+    let settings = find("settings.monitoring");
+    assert_eq!(settings["fields"], json!(["scheduler"]));
+    assert!(
+        settings["actor"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("token:tests(")
+    );
+    let created = find("instance.create");
+    assert_eq!(created["target"], "audited");
+    let fields: Vec<&str> = created["fields"]
+        .as_array()
+        .expect("fields")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(fields.contains(&"auth.token") && fields.contains(&"url"), "{fields:?}");
+    assert_eq!(find("instance.update")["fields"], json!(["auth.token", "timeout"]));
+    assert_eq!(find("instance.delete")["source"], "127.0.0.1");
+    // Newest first, and paged.
+    let seqs: Vec<u64> = entries.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] > w[1]), "{seqs:?}");
+    let page = app.get_json("/api/admin/audit?limit=2").await;
+    let next = page["next"].as_u64().expect("a next page");
+    let older = app.get_json(&format!("/api/admin/audit?limit=2&before={next}")).await;
+    assert!(older["entries"][0]["seq"].as_u64().expect("seq") < next);
+    let (s, body) = app.send(reqwest::Method::GET, "/api/admin/audit?limit=0", None).await;
+    assert_eq!((s, body["error"]["field"].as_str()), (422, Some("limit")));
+    // Admin scope only.
+    let (reader, _) = app
+        .store()
+        .create_token(
+            "r",
+            pollster::store::TokenScope::Read,
+            pollster::model::Timestamp::now(),
+        )
+        .expect("token");
+    let r = client()
+        .get(app.url("/api/admin/audit"))
+        .bearer_auth(&reader)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 403);
+    // The Security page lists the protections and the trail.
+    let page = client()
+        .get(app.url("/settings/security"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        page.contains("Metrics authentication") && page.contains("metrics_auth = &#34;token&#34;"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td>instance.update</td>") && page.contains("auth.token, timeout"),
+        "{page}"
+    );
+    assert!(!page.contains(secret));
+    app.stop().await;
+}

@@ -110,9 +110,12 @@ impl Shared {
     ) -> Result<TaskRecord, EngineError> {
         let shared = Arc::clone(self);
         let (key, actor) = (key.clone(), actor.to_string());
-        tokio::spawn(async move { shared.commit_operator_action(&key, &actor, op).await })
-            .await
-            .map_err(|e| EngineError::Join(e.to_string()))?
+        let source = crate::audit::current_source();
+        tokio::spawn(crate::audit::with_source_opt(source, async move {
+            shared.commit_operator_action(&key, &actor, op).await
+        }))
+        .await
+        .map_err(|e| EngineError::Join(e.to_string()))?
     }
 
     async fn commit_operator_action(

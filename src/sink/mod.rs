@@ -214,10 +214,23 @@ impl Sink {
     }
 
     /// A change event as an outbox row with a new `id`, to be written with
-    /// the change it records (`Store::*_with_events`); `None` while the sink
-    /// is off (nothing is kept for a receiver that is not configured).
+    /// the change it records (`Store::*_with_events`). Nothing is kept for
+    /// a receiver that is not configured: while the sink is off, only an
+    /// operator action or a settings change gives a row, for the audit
+    /// trail alone; otherwise `None`.
     pub fn stage(&self, event: &Event) -> Option<OutboxEvent> {
-        self.is_enabled().then(|| event.to_outbox(&mut rand::rng()))
+        let deliver = self.is_enabled();
+        let audit = event.is_audit().then(|| crate::store::AuditStamp {
+            time: event.time,
+            source: crate::audit::current_source(),
+        });
+        if !deliver && audit.is_none() {
+            return None;
+        }
+        let mut row = event.to_outbox(&mut rand::rng());
+        row.deliver = deliver;
+        row.audit = audit;
+        Some(row)
     }
 
     /// Spawn the driver task (on the current tokio runtime). Only the first

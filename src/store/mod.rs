@@ -30,6 +30,7 @@
 //! open, so a file damaged outside redb is refused rather than trusted.
 
 mod aimd;
+mod audit;
 mod backup;
 mod codec;
 mod history;
@@ -65,9 +66,10 @@ use redb::{
 };
 
 pub use aimd::LoadedAimd;
+pub use audit::AuditEntry;
 pub use history::Rollup;
 pub use latest::{LatestBatch, LoadedBodies, LoadedValues};
-pub use outbox::{OutboxEvent, OutboxListener, OutboxRow};
+pub use outbox::{AuditStamp, OutboxEvent, OutboxListener, OutboxRow};
 pub use records::LoadedTasks;
 pub use schema::SCHEMA_VERSION;
 pub use sessions::{SessionRow, SessionWrite, session_key};

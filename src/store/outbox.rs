@@ -27,11 +27,47 @@ const NEXT_SEQ_KEY: &[u8] = b"outbox_next_seq";
 
 /// One change event waiting for delivery: its stable `id` and the NDJSON
 /// line (which carries the same `id`), exactly as it will be sent.
+///
+/// Staged with a change, it is also who did what: an operator action or a
+/// settings change carries an [`AuditStamp`] and is written to the `audit`
+/// table in the same transaction (one record, two readers: the sink and the
+/// audit trail). `deliver` is false when no sink is configured: then only
+/// the audit row is written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutboxEvent {
     pub id: String,
     /// One JSON object ending `\n`.
     pub line: String,
+    /// Written to the outbox for the sink.
+    #[serde(skip, default = "yes")]
+    pub deliver: bool,
+    /// Written to the audit trail too.
+    #[serde(skip)]
+    pub audit: Option<AuditStamp>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What the audit trail keeps of a change event besides its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditStamp {
+    pub time: crate::model::Timestamp,
+    /// The client's address, when a request made the change.
+    pub source: Option<String>,
+}
+
+impl OutboxEvent {
+    /// A row for the sink alone (no audit entry).
+    pub fn new(id: impl Into<String>, line: impl Into<String>) -> Self {
+        OutboxEvent {
+            id: id.into(),
+            line: line.into(),
+            deliver: true,
+            audit: None,
+        }
+    }
 }
 
 /// Called with the number of rows a commit added.
@@ -41,9 +77,11 @@ pub type OutboxListener = Arc<dyn Fn(u64) + Send + Sync>;
 /// (a corrupt row is reported with its sequence, so it can be deleted).
 pub type OutboxRow = (u64, Result<OutboxEvent, StoreError>);
 
-/// Appends `events` to the outbox inside `txn`, in order.
+/// Appends `events` inside `txn`, in order: to the outbox those to
+/// deliver, to the audit trail those with an [`AuditStamp`].
 pub(super) fn append(txn: &WriteTransaction, events: &[OutboxEvent]) -> Result<(), StoreError> {
-    if events.is_empty() {
+    super::audit::append(txn, events)?;
+    if !events.iter().any(|e| e.deliver) {
         return Ok(());
     }
     let mut meta = txn.open_table(META.def).ctx("opening table meta")?;
@@ -52,7 +90,7 @@ pub(super) fn append(txn: &WriteTransaction, events: &[OutboxEvent]) -> Result<(
         None => 1,
     };
     let mut table = txn.open_table(OUTBOX.def).ctx("opening table outbox")?;
-    for event in events {
+    for event in events.iter().filter(|e| e.deliver) {
         let v = codec::encode_stored(&StoredOutboxEventRef::from(event))?;
         table
             .insert(next.to_be_bytes().as_slice(), v.as_slice())
@@ -187,6 +225,8 @@ mod tests {
 
     fn ev(id: &str) -> OutboxEvent {
         OutboxEvent {
+            deliver: true,
+            audit: None,
             id: id.into(),
             line: format!("{{\"id\":\"{id}\"}}\n"),
         }

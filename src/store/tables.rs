@@ -24,6 +24,7 @@
 //! | `outbox`    | sequence, `u64` big-endian             | `OutboxEvent` (`StoredOutboxEvent`): a change event to deliver, deleted once a receiver took it |
 //! | `values`    | instance `\0` group                    | `TaskValues` (`StoredValues`): the samples a task's value rules gave at its last good poll, written when they change |
 //! | `bodies`    | instance `\0` group `\0` fan-out item ("" for none) | `BodyRecord` (`StoredBody`): a `keep_body` group's last good body, written when it changes |
+//! | `audit`     | sequence, `u64` big-endian             | `AuditEntry` (`StoredAudit`): who changed what, from where, when: an operator action's or settings change's event line; the last 90 days or 100,000 entries |
 //! | `aimd`      | budget pool name                       | `AimdState` (`StoredAimd`): the pool's effective budget, last decrease and 429 (and its level), recovery in progress |
 //!
 //! The `meta` table's name, types and `schema_version` entry are a contract
@@ -64,10 +65,11 @@ pub(crate) const OUTBOX: Table = table("outbox");
 pub(crate) const VALUES: Table = table("values");
 pub(crate) const BODIES: Table = table("bodies");
 pub(crate) const AIMD: Table = table("aimd");
+pub(crate) const AUDIT: Table = table("audit");
 
 /// Every table: created at open, copied by backup. A new table goes here.
-pub(crate) const ALL: [Table; 12] = [
-    META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY, OUTBOX, VALUES, BODIES, AIMD,
+pub(crate) const ALL: [Table; 13] = [
+    META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY, OUTBOX, VALUES, BODIES, AIMD, AUDIT,
 ];
 
 /// `meta` key holding the schema version.

@@ -32,6 +32,13 @@ fn token_principal(info: TokenInfo) -> Principal {
 /// (it holds every instance's credentials).
 fn read_scope_refusal(req: &Request) -> Option<ApiError> {
     let path = req.uri().path();
+    if path == "/admin/audit" || path == "/api/admin/audit" {
+        return Some(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a read token cannot read the audit trail; use an admin token",
+        ));
+    }
     if path == "/admin/backup" || path == "/api/admin/backup" {
         return Some(ApiError::new(
             StatusCode::FORBIDDEN,

@@ -10,6 +10,7 @@ pub mod error;
 pub mod ops;
 pub mod pages;
 pub mod pool_view;
+pub mod posture;
 pub mod redact;
 pub mod serve;
 pub mod session;
@@ -53,6 +54,8 @@ pub struct WebState {
     pub admin_known: std::sync::atomic::AtomicBool,
     /// Serialises first-run setup.
     pub setup_lock: tokio::sync::Mutex<()>,
+    /// What the server was started with, for the Security page.
+    pub posture: posture::Posture,
 }
 
 impl Default for WebState {
@@ -66,6 +69,7 @@ impl Default for WebState {
             setup_code: Default::default(),
             admin_known: Default::default(),
             setup_lock: Default::default(),
+            posture: Default::default(),
         }
     }
 }
@@ -121,6 +125,12 @@ impl WebState {
             }
         }
         peer
+    }
+
+    /// The protections the server was started with.
+    pub fn with_posture(mut self, posture: posture::Posture) -> Self {
+        self.posture = posture;
+        self
     }
 
     pub fn setup_code(&self) -> std::sync::MutexGuard<'_, Option<SetupCode>> {
@@ -222,6 +232,7 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .route("/instances/{name}/data", get(data::get))
         .route("/instances/{name}/data/{group}/body", get(data::body))
         .route("/admin/backup", get(admin::backup))
+        .route("/admin/audit", get(audit::list))
         .route("/openapi.json", get(openapi::openapi))
         .fallback(api_not_found)
         .layer(axum::middleware::from_fn_with_state(state, auth::require_auth))
@@ -269,9 +280,30 @@ pub fn router(state: AppState) -> Router {
         // Outside the session layer, so it sees the cookie that layer sets.
         .layer(axum::middleware::from_fn_with_state(state.clone(), secure_cookie))
         .layer(axum::extract::DefaultBodyLimit::max(1024 * 1024))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), audit_source))
         .layer(axum::middleware::from_fn(serve::request_timeout))
         .layer(axum::middleware::from_fn(security_headers))
         .with_state(state)
+}
+
+/// Every change a request makes is audited with the client's address (the
+/// peer, or what a trusted proxy forwarded).
+async fn audit_source(
+    axum::extract::State(app): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    match peer {
+        Some(p) => {
+            let ip = app.web.client_ip(p, req.headers());
+            crate::audit::with_source(ip.to_string(), next.run(req)).await
+        }
+        None => next.run(req).await,
+    }
 }
 
 /// The headers every answer carries: no framing, no inline script or style,

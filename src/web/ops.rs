@@ -22,8 +22,54 @@ pub const SINK_KEY: &str = "sink";
 
 /// An operator event as an outbox row, to commit with the change.
 fn operator_event(app: &AppState, actor: &str, action: &str, target: &str) -> Vec<OutboxEvent> {
-    let event = Event::operator(app.engine.now(), actor, action, target);
+    instance_event(app, actor, action, target, Vec::new())
+}
+
+/// An instance change as an outbox row, naming the fields it set or changed
+/// (never their values: some are credentials).
+fn instance_event(app: &AppState, actor: &str, action: &str, target: &str, fields: Vec<String>) -> Vec<OutboxEvent> {
+    let event = Event::operator(app.engine.now(), actor, action, target).with_fields(fields);
     app.engine.sink().stage(&event).into_iter().collect()
+}
+
+/// The fields of an instance that differ between `old` and `new` (every
+/// field `new` sets when there is no `old`), as the API names them; inside
+/// `auth`, `auth.KEY`.
+pub fn changed_fields(old: Option<&InstanceConfig>, new: &InstanceConfig) -> Vec<String> {
+    fn object(i: Option<&InstanceConfig>) -> serde_json::Map<String, Value> {
+        match i.map(serde_json::to_value) {
+            Some(Ok(Value::Object(m))) => m,
+            _ => serde_json::Map::new(),
+        }
+    }
+    let (a, b) = (object(old), object(Some(new)));
+    let mut keys: std::collections::BTreeSet<&String> = a.keys().collect();
+    keys.extend(b.keys());
+    let mut out = Vec::new();
+    for k in keys {
+        let empty = serde_json::Map::new();
+        let inner = |v: Option<&Value>| match v {
+            Some(Value::Object(m)) => Some(m.clone()),
+            None => Some(empty.clone()),
+            _ => None,
+        };
+        match (a.get(k), b.get(k)) {
+            (x, y) if x == y => {}
+            (x, y) if k == "auth" && inner(x).is_some() && inner(y).is_some() => {
+                let (x, y) = (inner(x).unwrap_or_default(), inner(y).unwrap_or_default());
+                let mut names: std::collections::BTreeSet<&String> = x.keys().collect();
+                names.extend(y.keys());
+                out.extend(
+                    names
+                        .into_iter()
+                        .filter(|f| x.get(*f) != y.get(*f))
+                        .map(|f| format!("auth.{f}")),
+                );
+            }
+            _ => out.push(k.clone()),
+        }
+    }
+    out
 }
 
 fn validate(app: &AppState, i: &InstanceConfig) -> Result<(), ApiError> {
@@ -80,7 +126,8 @@ pub async fn create_instance(app: &AppState, i: InstanceConfig, actor: &str) -> 
         });
     }
     let name = i.name.clone();
-    persist(app, i, operator_event(app, actor, "instance.create", &name)).await?;
+    let events = instance_event(app, actor, "instance.create", &name, changed_fields(None, &i));
+    persist(app, i, events).await?;
     tracing::info!(instance = %name, actor, "instance added");
     Ok(())
 }
@@ -119,8 +166,10 @@ pub async fn update_instance(
         }
     }
     validate(app, &i)?;
+    let fields = changed_fields(Some(existing), &i);
     drop(cat);
-    persist(app, i.clone(), operator_event(app, actor, "instance.update", name)).await?;
+    let events = instance_event(app, actor, "instance.update", name, fields);
+    persist(app, i.clone(), events).await?;
     tracing::info!(instance = %name, actor, "instance updated");
     Ok(i)
 }

@@ -256,6 +256,9 @@ pub struct OperatorEvent {
     pub actor: String,
     pub action: String,
     pub target: String,
+    /// An instance change: the fields it set or changed (never their values).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -220,8 +220,17 @@ impl Event {
                 actor: actor.into(),
                 action: action.into(),
                 target: target.into(),
+                fields: Vec::new(),
             }),
         }
+    }
+
+    /// An operator event naming the fields a change set (never their values).
+    pub fn with_fields(mut self, fields: Vec<String>) -> Event {
+        if let EventKind::Operator(o) = &mut self.kind {
+            o.fields = fields;
+        }
+        self
     }
 
     pub fn test(time: Timestamp, actor: &str, message: &str) -> Event {
@@ -259,6 +268,18 @@ impl Event {
         )
     }
 
+    /// Whether the event records who did what (an operator action, a
+    /// settings change, an operator's dead-letter retry, discard or
+    /// enable): those go to the audit trail too, whether or not a sink is
+    /// configured.
+    pub fn is_audit(&self) -> bool {
+        match &self.kind {
+            EventKind::Settings(_) | EventKind::Operator(_) => true,
+            EventKind::DeadLetter(d) => d.actor.is_some(),
+            _ => false,
+        }
+    }
+
     /// The event with a new id ([`new_event_id`]) from its time and `rng`.
     pub fn with_new_id(mut self, rng: &mut impl Rng) -> Event {
         self.id = Some(new_event_id(self.time, rng));
@@ -269,10 +290,7 @@ impl Event {
     /// line sent, every time it is sent.
     pub fn to_outbox(&self, rng: &mut impl Rng) -> OutboxEvent {
         let event = self.clone().with_new_id(rng);
-        OutboxEvent {
-            line: event.to_line(),
-            id: event.id.unwrap_or_default(),
-        }
+        OutboxEvent::new(event.id.clone().unwrap_or_default(), event.to_line())
     }
 
     /// The event as one NDJSON line: compact JSON (no raw newlines: they are

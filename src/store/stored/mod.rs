@@ -12,6 +12,7 @@
 //! `model::duration_str` writes and reads them, the fixtures included.
 
 mod aimd;
+mod audit;
 mod instance;
 mod latest;
 mod task;
@@ -21,6 +22,7 @@ mod values;
 mod tests;
 
 pub(crate) use aimd::StoredAimd;
+pub(crate) use audit::{StoredAudit, StoredAuditRef};
 pub(crate) use instance::StoredInstance;
 pub(crate) use latest::{StoredBody, StoredBodyRef, StoredValues, StoredValuesRef};
 pub(crate) use task::{StoredTask, StoredTaskRef};

@@ -283,9 +283,20 @@ const OUTBOX_EVENT: Fixture = Fixture {
 };
 
 fn outbox_event() -> OutboxEvent {
-    OutboxEvent {
-        id: "e-1".into(),
-        line: "{\"id\":\"e-1\",\"type\":\"dead_letter\"}\n".into(),
+    OutboxEvent::new("e-1", "{\"id\":\"e-1\",\"type\":\"dead_letter\"}\n")
+}
+
+const AUDIT_ENTRY: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"time":1764480000000,"source":"10.0.0.5","line":"{\"kind\":\"operator\",\"action\":\"login\"}"}"#,
+};
+
+fn audit_entry() -> crate::store::AuditEntry {
+    crate::store::AuditEntry {
+        seq: 0,
+        time: Timestamp(1_764_480_000_000),
+        source: Some("10.0.0.5".into()),
+        line: "{\"kind\":\"operator\",\"action\":\"login\"}".into(),
     }
 }
 
@@ -450,6 +461,19 @@ fn every_value_decodes_from_and_encodes_to_todays_bytes() {
         &outbox_event(),
         |e| codec::encode_stored(&StoredOutboxEventRef::from(e)),
         |b| stored::<StoredOutboxEvent, _>("outbox", b),
+    );
+    check(
+        "audit entry",
+        &AUDIT_ENTRY,
+        &audit_entry(),
+        |e| {
+            codec::encode_stored(&super::StoredAuditRef {
+                time: e.time.0,
+                source: e.source.as_deref(),
+                line: &e.line,
+            })
+        },
+        |b| codec::decode_stored::<super::StoredAudit>("audit", b"k", b).map(|s| s.into_entry(0)),
     );
     check(
         "values",

@@ -260,6 +260,6 @@ impl<'a> From<&'a OutboxEvent> for StoredOutboxEventRef<'a> {
 
 impl From<StoredOutboxEvent> for OutboxEvent {
     fn from(e: StoredOutboxEvent) -> Self {
-        OutboxEvent { id: e.id, line: e.line }
+        OutboxEvent::new(e.id, e.line)
     }
 }

@@ -1,6 +1,7 @@
 //! JSON API handlers, grouped by resource.
 
 pub mod admin;
+pub mod audit;
 pub mod budgets;
 pub mod data;
 pub mod dead_letter;

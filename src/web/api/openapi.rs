@@ -11,7 +11,7 @@
 //! Schema states only by hand (patterns, bounds, one schema per credential
 //! kind): [`hand_schemas`] keeps them.
 
-use super::{admin, budgets, data, dead_letter, groups, health, instances, settings, sink};
+use super::{admin, audit, budgets, data, dead_letter, groups, health, instances, settings, sink};
 use crate::web::AppState;
 use crate::web::error::{ErrorBody, FieldErrorBody};
 use axum::Json;
@@ -64,6 +64,7 @@ pub const URL_PATTERN: &str = "^https?://[^/?#]+";
         data::get,
         data::body,
         admin::backup,
+        audit::list,
         openapi,
     ),
     components(schemas(ErrorBody, FieldErrorBody)),

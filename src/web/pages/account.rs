@@ -50,7 +50,14 @@ pub struct SecurityPage {
     /// A token just created: shown this once.
     pub new_token: Option<String>,
     pub token_error: Option<String>,
+    /// Each protection with its state and the line that turns it on.
+    pub protections: Vec<crate::web::posture::Protection>,
+    /// The latest entries of the audit trail, newest first.
+    pub audit: Vec<crate::web::api::audit::AuditView>,
 }
+
+/// Audit entries the Security page shows (the API pages through them all).
+const AUDIT_ROWS: usize = 50;
 
 pub struct TokenRow {
     pub id: String,
@@ -304,6 +311,7 @@ pub async fn login(
         .await
         .unwrap_or(false);
     let lock = check.finish(ok);
+    record_login(&app, f.username.trim(), ok).await;
     if !ok {
         tracing::warn!(client = %ip, "failed login");
         return match lock {
@@ -317,6 +325,21 @@ pub async fn login(
     start_session(&session, f.username.trim()).await;
     tracing::info!(client = %ip, user = %f.username.trim(), "logged in");
     Redirect::to("/").into_response()
+}
+
+/// A checked login, failed or not, to the audit trail (and the sink): the
+/// name as typed (at most 64 characters), never the password. Best effort:
+/// a store error is logged, the login goes on.
+async fn record_login(app: &AppState, user: &str, ok: bool) {
+    let user: String = user.chars().take(64).collect();
+    let action = if ok { "login" } else { "login.failed" };
+    let event = crate::sink::event::Event::operator(Timestamp::now(), &format!("user:{user}"), action, &user);
+    let Some(row) = app.engine.sink().stage(&event) else {
+        return;
+    };
+    if let Err(e) = app.with_store(move |s| s.append_outbox(&[row])).await {
+        tracing::warn!(error = %e.message, "a login was not recorded in the audit trail");
+    }
 }
 
 fn lockout_message(left: std::time::Duration) -> String {
@@ -365,9 +388,22 @@ async fn security(
         )
         .await,
         password_error,
+        protections: {
+            let rows = tokens(app).await;
+            let admins = rows.iter().filter(|t| t.scope == "admin").count();
+            let admin = app.with_store(|s| s.user_count().map(|n| n > 0)).await.unwrap_or(false);
+            crate::web::posture::protections(&app.web.posture, admin, (admins, rows.len() - admins))
+        },
         tokens: tokens(app).await,
         new_token,
         token_error,
+        audit: app
+            .with_store(|s| s.audit_page(None, AUDIT_ROWS))
+            .await
+            .unwrap_or_default()
+            .iter()
+            .map(crate::web::api::audit::AuditView::of)
+            .collect(),
     }
 }
 
