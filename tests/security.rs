@@ -129,6 +129,28 @@ async fn csrf(app: &TestApp, cookie: &str, path: &str) -> String {
         .to_string()
 }
 
+/// A token named `grafana` made on the Security page (with the session
+/// `cookie` and the page's CSRF token): the token and the page shown.
+async fn token_on_page(app: &TestApp, cookie: &str, csrf: &str, scope: &str) -> (String, String) {
+    let page = post_form(
+        &client(),
+        app.url("/settings/security/tokens"),
+        &[("_csrf", csrf), ("name", "grafana"), ("scope", scope)],
+        &[("cookie", cookie)],
+    )
+    .await
+    .text()
+    .await
+    .expect("body");
+    let token = page
+        .split("id=\"new-token\" readonly value=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .expect("the new token is shown")
+        .to_string();
+    (token, page)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_guesses_are_checked_one_at_a_time_and_bounded_server_wide() {
     let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
@@ -741,22 +763,7 @@ async fn a_read_token_reads_everything_but_the_backup_and_changes_nothing() {
     let cookie = setup(&app).await;
     // Made on the Security page, which shows its scope.
     let token = csrf(&app, &cookie, "/settings/security").await;
-    let page = post_form(
-        &client(),
-        app.url("/settings/security/tokens"),
-        &[("_csrf", &token), ("name", "grafana"), ("scope", "read")],
-        &[("cookie", &cookie)],
-    )
-    .await
-    .text()
-    .await
-    .expect("body");
-    let read = page
-        .split("id=\"new-token\" readonly value=\"")
-        .nth(1)
-        .and_then(|s| s.split('"').next())
-        .expect("the new token is shown")
-        .to_string();
+    let (read, page) = token_on_page(&app, &cookie, &token, "read").await;
     assert!(page.contains("<td>read</td>"), "the list shows the scope");
     let info = app.store().verify_token(&read).expect("verify").expect("stored");
     assert_eq!(info.scope, pollster::store::TokenScope::Read);
@@ -831,22 +838,7 @@ async fn every_kind_of_action_is_audited_with_who_from_where_and_the_fields_but_
     let session = session.expect("a session");
     // A token made and revoked on the Security page.
     let token = csrf(&app, &session, "/settings/security").await;
-    let page = post_form(
-        &client(),
-        app.url("/settings/security/tokens"),
-        &[("_csrf", &token), ("name", "grafana"), ("scope", "read")],
-        &[("cookie", &session)],
-    )
-    .await
-    .text()
-    .await
-    .expect("body");
-    let read = page
-        .split("id=\"new-token\" readonly value=\"")
-        .nth(1)
-        .and_then(|s| s.split('"').next())
-        .expect("the new token is shown")
-        .to_string();
+    let (read, _) = token_on_page(&app, &session, &token, "read").await;
     let id = app.store().verify_token(&read).expect("verify").expect("stored").id;
     let r = post_form(
         &client(),

@@ -286,6 +286,13 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The socket peer's address, when the server recorded it.
+fn peer_ip(req: &axum::extract::Request) -> Option<std::net::IpAddr> {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
 /// Every change a request makes is audited with the client's address (the
 /// peer, or what a trusted proxy forwarded).
 async fn audit_source(
@@ -293,11 +300,7 @@ async fn audit_source(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let peer = req
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip());
-    match peer {
+    match peer_ip(&req) {
         Some(p) => {
             let ip = app.web.client_ip(p, req.headers());
             crate::audit::with_source(ip.to_string(), next.run(req)).await
@@ -348,10 +351,7 @@ async fn secure_cookie(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let peer = req
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip());
+    let peer = peer_ip(&req);
     let https = peer.is_some_and(|p| app.web.trusted_proxy(p))
         && req
             .headers()
