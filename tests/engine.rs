@@ -235,12 +235,17 @@ impl Engine {
                 ..InstanceConfig::new(n, "t", "http://scripted.invalid/")
             })
             .collect();
-        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let ports = Ports {
             tasks,
             ..Ports::paused(START.plus(Instant::now() - origin), 7, fetch)
         };
+        Engine::serve(c, ports, origin).await
+    }
+
+    /// The appliance with `c` and `ports`, serving on loopback.
+    async fn serve(c: config::Config, ports: Ports, origin: Instant) -> Engine {
+        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let app = Application::build_with_ports(c, api, metrics, ports)
             .await
             .expect("app builds");
@@ -725,21 +730,8 @@ async fn samples_that_name_a_fact_wait_for_it_without_another_request() {
     c.instances = vec![InstanceConfig::new("x", "f", "http://scripted.invalid/")];
     let fetch = Arc::new(FactFetch::default());
     fetch.site_down.store(true, Ordering::SeqCst);
-    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let ports = Ports::paused(START, 7, fetch.clone());
-    let app = Application::build_with_ports(c, api, metrics, ports)
-        .await
-        .expect("app builds");
-    let shared = app.engine();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        app.run_until_stopped(async {
-            let _ = rx.await;
-        })
-        .await
-        .expect("runs");
-    });
+    let e = Engine::serve(c, Ports::paused(START, 7, fetch.clone()), Instant::now()).await;
+    let shared = e.shared.clone();
     let count_calls = || {
         fetch
             .calls
@@ -783,6 +775,5 @@ async fn samples_that_name_a_fact_wait_for_it_without_another_request() {
             .contains("site=\"berlin\"} 3")
     );
     drop(shared);
-    let _ = tx.send(());
-    let _ = server.await;
+    e.stop().await;
 }
