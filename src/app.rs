@@ -366,7 +366,7 @@ impl Application {
         tracing::info!(
             api = %format!("{}://{}", scheme(api_tls.is_some()), self.api_addr),
             metrics = %format!("{}://{}", scheme(metrics_tls.is_some()), self.metrics_addr),
-            metrics_auth = ?self.metrics_auth,
+            metrics_auth = self.metrics_auth.as_str(),
             https = %match (api_tls.is_some(), metrics_tls.is_some()) {
                 (true, true) => "UI/API and metrics listeners",
                 (true, false) => "UI/API listener only",

@@ -73,7 +73,16 @@ pub fn write(data_dir: &Path, hostnames: &[String], force: bool) -> Result<Writt
     if let Some(bad) = names.iter().find(|h| h.is_empty() || h.contains(char::is_whitespace)) {
         return Err(usage(format!("--hostname {bad:?}: not a host name or address")));
     }
-    std::fs::create_dir_all(data_dir).map_err(|e| fail(format!("cannot create {}: {e}", data_dir.display())))?;
+    // A data directory made here is private, as the server makes it.
+    let mut dir = std::fs::DirBuilder::new();
+    dir.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        dir.mode(0o700);
+    }
+    dir.create(data_dir)
+        .map_err(|e| fail(format!("cannot create {}: {e}", data_dir.display())))?;
     // An absolute path, so the printed config lines work from anywhere.
     let data_dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
     let cert_path = data_dir.join(CERT_FILE);

@@ -55,6 +55,14 @@ pub enum MetricsAuth {
 }
 
 impl MetricsAuth {
+    /// As written in the config file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsAuth::None => "none",
+            MetricsAuth::Token => "token",
+        }
+    }
+
     pub fn parse(raw: &str) -> Result<MetricsAuth, String> {
         match raw.trim().to_ascii_lowercase().as_str() {
             "none" => Ok(MetricsAuth::None),
