@@ -55,6 +55,9 @@ pub enum AppError {
     /// The over-budget gate refused to start (exit code 2).
     #[error("{0}")]
     OverBudget(String),
+    /// A certificate or key file cannot be used (exit code 2).
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     #[error("{0}")]
     Other(String),
 }
@@ -70,6 +73,8 @@ pub struct Application {
     setup_code: Option<web::SetupCode>,
     /// What the Security page lists as protections.
     posture: web::posture::Posture,
+    tls: crate::tls::TlsHandle,
+    metrics_auth: crate::config::MetricsAuth,
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
@@ -82,6 +87,33 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| AppError::Other(e.to_string()))
+}
+
+/// SIGHUP reads the certificates again (a no-op without TLS, so that
+/// `systemctl reload` never ends the process).
+async fn reload_on_hangup(tls: crate::tls::TlsHandle) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            if tls.is_empty() {
+                tracing::info!("SIGHUP: no TLS certificates to reload");
+                continue;
+            }
+            let t = tls.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                if t.reload().is_ok() {
+                    tracing::info!("SIGHUP: TLS certificates reloaded");
+                }
+            })
+            .await;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tls;
 }
 
 impl Application {
@@ -247,6 +279,8 @@ impl Application {
                 }
             },
         };
+        // Checked at load already; read again here for the copy that serves.
+        let tls = crate::tls::TlsHandle::open(config.server.api_tls(), config.server.metrics_tls())?;
         // Nothing below refuses the configuration: only now take the ports.
         let (api, metrics) = match listeners {
             Some(given) => given,
@@ -279,9 +313,14 @@ impl Application {
             max_connections: config.server.max_connections,
             setup_code,
             posture: web::posture::Posture {
+                ui_tls: tls.api.is_some(),
+                metrics_tls: tls.metrics.is_some(),
+                metrics_auth: config.server.metrics_auth == crate::config::MetricsAuth::Token,
                 trusted_proxies: config.server.trusted_proxies.clone(),
                 ..Default::default()
             },
+            tls,
+            metrics_auth: config.server.metrics_auth,
         })
     }
 
@@ -298,6 +337,12 @@ impl Application {
         self.metrics_addr
     }
 
+    /// The listeners' certificates: [`crate::tls::TlsHandle::reload`] is
+    /// what SIGHUP does.
+    pub fn tls(&self) -> crate::tls::TlsHandle {
+        self.tls.clone()
+    }
+
     /// The running engine, as the web layer and tests reach it.
     pub fn engine(&self) -> EngineHandle {
         self.engine.handle()
@@ -306,17 +351,40 @@ impl Application {
     /// Serve until `shutdown` completes, then stop dispatching, let polls in
     /// flight finish (or abandon them after a bound) and flush state.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
-        let state = AppState::new(
-            self.engine.handle(),
-            web::WebState::new(self.proxies.clone(), self.setup_code.clone()).with_posture(self.posture.clone()),
-        );
+        let mut web_state =
+            web::WebState::new(self.proxies.clone(), self.setup_code.clone()).with_posture(self.posture.clone());
+        web_state.https = self.tls.api.is_some();
+        let state = AppState::new(self.engine.handle(), web_state);
+        let tls_config = |certs: &Option<Arc<crate::tls::CertStore>>| {
+            certs
+                .clone()
+                .map(crate::tls::server_config)
+                .transpose()
+                .map_err(|e| AppError::Other(format!("TLS configuration: {e}")))
+        };
+        let api_tls = tls_config(&self.tls.api)?;
+        let metrics_tls = tls_config(&self.tls.metrics)?;
+        let watcher = tokio::spawn(crate::tls::watch(self.tls.clone(), crate::tls::WATCH_INTERVAL));
+        let hangup = tokio::spawn(reload_on_hangup(self.tls.clone()));
         let state_store = state.engine.store().clone();
         let pruner = tokio::spawn(web::session_store::prune_loop(
             state.engine.store().clone(),
             std::time::Duration::from_secs(600),
         ));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        tracing::info!(api = %self.api_addr, metrics = %self.metrics_addr, "listening");
+        let scheme = |on: bool| if on { "https" } else { "http" };
+        tracing::info!(
+            api = %format!("{}://{}", scheme(api_tls.is_some()), self.api_addr),
+            metrics = %format!("{}://{}", scheme(metrics_tls.is_some()), self.metrics_addr),
+            metrics_auth = self.metrics_auth.as_str(),
+            https = %match (api_tls.is_some(), metrics_tls.is_some()) {
+                (true, true) => "UI/API and metrics listeners",
+                (true, false) => "UI/API listener only",
+                (false, true) => "metrics listener only",
+                (false, false) => "neither listener",
+            },
+            "listening"
+        );
         let api = tokio::spawn(web::serve::serve(
             self.api,
             web::router(state.clone()),
@@ -324,15 +392,17 @@ impl Application {
                 max_connections: self.max_connections,
                 header_timeout: web::serve::HEADER_TIMEOUT,
             },
+            api_tls,
             stop_rx.clone(),
         ));
         let metrics = tokio::spawn(web::serve::serve(
             self.metrics,
-            web::metrics_router(state),
+            web::metrics_router(state, self.metrics_auth),
             web::serve::Limits {
                 max_connections: web::serve::METRICS_MAX_CONNECTIONS,
                 header_timeout: web::serve::HEADER_TIMEOUT,
             },
+            metrics_tls,
             stop_rx,
         ));
         shutdown.await;
@@ -341,6 +411,8 @@ impl Application {
         let _ = stop_tx.send(true);
         pruner.abort();
         let _ = pruner.await;
+        watcher.abort();
+        hangup.abort();
         // Open keep-alive connections must not hold the process (or the
         // database) up: give them a moment, then drop the servers.
         let (mut api, mut metrics) = (api, metrics);

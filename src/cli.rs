@@ -2,8 +2,10 @@
 //! `values`, `admin …`.
 //! Exit codes: 0 fine, 1 runtime failure, 2 bad configuration or usage.
 
+mod self_signed;
 mod values;
 
+pub use self_signed::SelfSignedArgs;
 pub use values::{ValuesArgs, ValuesOutput, render, values};
 
 use crate::config::{self, Config, ConfigError};
@@ -137,6 +139,9 @@ pub enum AdminCommand {
         #[command(flatten)]
         dir: DataDirArgs,
     },
+    /// Write a key and a self-signed certificate (tls.key, tls.crt) into
+    /// the data directory and print its SHA-256 fingerprint.
+    SelfSigned(SelfSignedArgs),
     /// The dead-letter queue.
     Dlq {
         #[command(subcommand)]
@@ -418,6 +423,7 @@ pub fn admin(cmd: AdminCommand, out: &mut dyn Write) -> Result<(), Failure> {
             })?;
             w(out, "admin password set\n".into())?;
         }
+        AdminCommand::SelfSigned(args) => self_signed::run(args, out)?,
         AdminCommand::Dlq { command } => dlq(command, out)?,
     }
     Ok(())

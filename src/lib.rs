@@ -18,5 +18,6 @@ pub mod presets;
 pub mod read_model;
 pub mod sink;
 pub mod store;
+pub mod tls;
 pub mod values;
 pub mod web;

@@ -84,7 +84,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 fn app_failure(e: pollster::app::AppError) -> Failure {
     let code = match e {
-        pollster::app::AppError::OverBudget(_) => EXIT_CONFIG,
+        pollster::app::AppError::OverBudget(_) | pollster::app::AppError::Tls(_) => EXIT_CONFIG,
         _ => EXIT_FAILURE,
     };
     Failure {

@@ -7,7 +7,7 @@
 //! renamed field fails to compile instead of silently losing its variable.
 //! An empty variable counts as unset.
 
-use super::{ConfigError, ENVIRONMENT, ServerConfig, SinkConfig};
+use super::{ConfigError, ENVIRONMENT, MetricsAuth, ServerConfig, SinkConfig};
 use crate::model::{MonitoringSettings, Profile, SchedulerMode, duration_str};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -135,6 +135,11 @@ pub(super) const SERVER_VARS: &[EnvVar<ServerConfig>] = &[
     flat!("POLLSTER_TRUST_PROXY", "server", trust_proxy, parse_bool),
     flat!("POLLSTER_TRUSTED_PROXIES", "server", trusted_proxies, parse_list),
     flat!("POLLSTER_MAX_CONNECTIONS", "server", max_connections, parse_whole),
+    flat!("POLLSTER_TLS_CERT", "server", tls_cert, parse_opt_path),
+    flat!("POLLSTER_TLS_KEY", "server", tls_key, parse_opt_path),
+    flat!("POLLSTER_METRICS_TLS_CERT", "server", metrics_tls_cert, parse_opt_path),
+    flat!("POLLSTER_METRICS_TLS_KEY", "server", metrics_tls_key, parse_opt_path),
+    flat!("POLLSTER_METRICS_AUTH", "server", metrics_auth, MetricsAuth::parse),
 ];
 
 pub(super) const SINK_URL: &str = "POLLSTER_SINK_URL";
@@ -213,6 +218,10 @@ fn parse_addr(raw: &str) -> Result<SocketAddr, String> {
 
 fn parse_path(raw: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(raw))
+}
+
+fn parse_opt_path(raw: &str) -> Result<Option<PathBuf>, String> {
+    Ok(Some(PathBuf::from(raw)))
 }
 
 /// Comma-separated, e.g. `10.0.0.5, 10.1.0.0/16`.

@@ -26,7 +26,7 @@ mod validate;
 
 pub use env::{EnvOverrides, known_env_vars};
 pub use error::{ConfigError, ENVIRONMENT};
-pub use server::{DEFAULT_MAX_CONNECTIONS, ServerConfig, parse_net};
+pub use server::{DEFAULT_MAX_CONNECTIONS, MetricsAuth, ServerConfig, parse_net};
 pub use sink::SinkConfig;
 pub use validate::validate_pins;
 
@@ -35,7 +35,9 @@ use error::{env_validation_error, first};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use validate::{known_types, validate_budgets, validate_instances, validate_server, validate_types};
+use validate::{
+    known_types, validate_budgets, validate_instances, validate_server, validate_tls_files, validate_types,
+};
 
 /// Everything read at startup.
 #[derive(Clone)]
@@ -180,6 +182,9 @@ fn build(
 
     let from_env = env::read(env, &monitoring_file, &server, sink.as_ref())?;
     validate_server(ENVIRONMENT, &from_env.server)?;
+    // The certificate files are read once, with the environment applied,
+    // before anything binds a port.
+    validate_tls_files(&name, env, &from_env.server)?;
     if let Err(errs) = from_env.monitoring.validate() {
         return Err(env_validation_error(&from_env.overrides, errs));
     }

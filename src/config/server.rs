@@ -1,5 +1,5 @@
-//! `[server]`: the listeners, the data directory and the reverse proxies
-//! that are trusted.
+//! `[server]`: the listeners (their certificates and who may scrape), the
+//! data directory and the reverse proxies that are trusted.
 
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -30,6 +30,46 @@ pub struct ServerConfig {
     /// the kernel's backlog until one ends (the metrics listener has its own,
     /// smaller cap).
     pub max_connections: usize,
+    /// Certificate (PEM, the chain after the server's own) for HTTPS on the
+    /// UI/API listener; with `tls_key`, or neither.
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// Certificate for HTTPS on the metrics listener; defaults to `tls_cert`.
+    pub metrics_tls_cert: Option<PathBuf>,
+    /// Private key of `metrics_tls_cert`; defaults to `tls_key`.
+    pub metrics_tls_key: Option<PathBuf>,
+    /// Who may read `/metrics` and `/values`.
+    pub metrics_auth: MetricsAuth,
+}
+
+/// `server.metrics_auth`: `none` (anyone who reaches the listener, as
+/// exporters do by default) or `token` (an API token of scope `read` or
+/// `admin`, sent as `Authorization: Bearer`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAuth {
+    #[default]
+    None,
+    Token,
+}
+
+impl MetricsAuth {
+    /// As written in the config file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsAuth::None => "none",
+            MetricsAuth::Token => "token",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<MetricsAuth, String> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "none" => Ok(MetricsAuth::None),
+            "token" => Ok(MetricsAuth::Token),
+            _ => Err("must be none or token".into()),
+        }
+    }
 }
 
 impl ServerConfig {
@@ -45,6 +85,26 @@ impl ServerConfig {
                 .collect();
         }
         nets
+    }
+
+    /// The UI/API listener's certificate files, when it serves HTTPS.
+    pub fn api_tls(&self) -> Option<crate::tls::CertFiles> {
+        pair(&self.tls_cert, &self.tls_key)
+    }
+
+    /// The metrics listener's: its own pair, else the UI's.
+    pub fn metrics_tls(&self) -> Option<crate::tls::CertFiles> {
+        pair(&self.metrics_tls_cert, &self.metrics_tls_key).or_else(|| self.api_tls())
+    }
+}
+
+fn pair(cert: &Option<PathBuf>, key: &Option<PathBuf>) -> Option<crate::tls::CertFiles> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => Some(crate::tls::CertFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ => None,
     }
 }
 
@@ -68,6 +128,11 @@ impl Default for ServerConfig {
             trust_proxy: false,
             trusted_proxies: Vec::new(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            tls_cert: None,
+            tls_key: None,
+            metrics_tls_cert: None,
+            metrics_tls_key: None,
+            metrics_auth: MetricsAuth::None,
         }
     }
 }

@@ -932,12 +932,17 @@ fn known_env_vars_cover_every_scalar_setting() {
         "POLLSTER_TRUST_PROXY",
         "POLLSTER_TRUSTED_PROXIES",
         "POLLSTER_MAX_CONNECTIONS",
+        "POLLSTER_TLS_CERT",
+        "POLLSTER_TLS_KEY",
+        "POLLSTER_METRICS_TLS_CERT",
+        "POLLSTER_METRICS_TLS_KEY",
+        "POLLSTER_METRICS_AUTH",
         "POLLSTER_ADMIN_PASSWORD",
     ] {
         assert!(known.contains(&var), "{var} missing");
     }
     // And nothing else.
-    assert_eq!(known.len(), 22 + 6 + 6 + 1);
+    assert_eq!(known.len(), 22 + 11 + 6 + 1);
 }
 
 #[test]
@@ -1003,4 +1008,99 @@ fn the_environment_applies_over_a_sink_saved_from_the_ui() {
     let c = load(None, &env_of(&[("POLLSTER_SINK_URL", "http://env:3/")])).expect("loads");
     assert_eq!(c.env.apply_sink(None).map(|s| s.url), Some("http://env:3/".to_string()));
     assert_eq!(load(None, &no_env()).expect("loads").env.apply_sink(None), None);
+}
+
+// ---------------------------------------------------------------- TLS and scrapes
+
+#[test]
+fn tls_keys_come_in_pairs_and_metrics_auth_is_none_or_token() {
+    expect_file_error("[server]\ntls_cert = \"/x.crt\"\n", "server.tls_cert", "\"/x.crt\"");
+    expect_file_error(
+        "[server]\nmetrics_tls_key = \"/x.key\"\n",
+        "server.metrics_tls_key",
+        "\"/x.key\"",
+    );
+    let e = expect_file_error(
+        "[server]\nmetrics_auth = \"basic\"\n",
+        "server.metrics_auth",
+        "\"basic\"",
+    );
+    assert!(e.message.contains("token"), "{e}");
+    expect_env_error(
+        "",
+        &[("POLLSTER_METRICS_AUTH", "basic")],
+        "POLLSTER_METRICS_AUTH",
+        "\"basic\"",
+    );
+    expect_env_error("", &[("POLLSTER_TLS_KEY", "/x.key")], "POLLSTER_TLS_KEY", "\"/x.key\"");
+    let (_tc, c) = load_text("[server]\nmetrics_auth = \"token\"\n", &no_env());
+    assert_eq!(c.expect("loads").server.metrics_auth, MetricsAuth::Token);
+    let (_tc, c) = load_text("", &env_of(&[("POLLSTER_METRICS_AUTH", "token")]));
+    assert_eq!(c.expect("loads").server.metrics_auth, MetricsAuth::Token);
+}
+
+#[test]
+fn unusable_certificate_files_are_named_with_the_reason() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("missing.crt");
+    let text = format!(
+        "[server]\ntls_cert = {:?}\ntls_key = {:?}\n",
+        missing.display().to_string(),
+        dir.path().join("missing.key").display().to_string()
+    );
+    let e = expect_file_error(
+        &text,
+        "server.tls_cert",
+        &format!("{:?}", missing.display().to_string()),
+    );
+    assert!(e.message.contains("cannot read"), "{e}");
+
+    // A pair whose key belongs to another certificate names the key file;
+    // the metrics listener's own pair is checked too.
+    let a = crate::tls::write_pair(dir.path(), "a");
+    let b = crate::tls::write_pair(dir.path(), "b");
+    let (a, b) = ((a.cert, a.key), (b.cert, b.key));
+    let text = format!(
+        "[server]\ntls_cert = {:?}\ntls_key = {:?}\n",
+        a.0.display().to_string(),
+        b.1.display().to_string()
+    );
+    let e = expect_file_error(&text, "server.tls_key", &format!("{:?}", b.1.display().to_string()));
+    assert!(e.message.contains("does not match"), "{e}");
+    let text = format!(
+        "[server]\ntls_cert = {:?}\ntls_key = {:?}\nmetrics_tls_cert = {:?}\nmetrics_tls_key = {:?}\n",
+        a.0.display().to_string(),
+        a.1.display().to_string(),
+        b.0.display().to_string(),
+        a.1.display().to_string()
+    );
+    expect_file_error(
+        &text,
+        "server.metrics_tls_key",
+        &format!("{:?}", a.1.display().to_string()),
+    );
+
+    // Set by the environment, the variable is named.
+    let (_tc, r) = load_text(
+        "",
+        &env_of(&[
+            ("POLLSTER_TLS_CERT", &a.0.display().to_string()),
+            ("POLLSTER_TLS_KEY", &b.1.display().to_string()),
+        ]),
+    );
+    let e = r.expect_err("refused");
+    assert_eq!((e.file.as_str(), e.key.as_str()), ("environment", "POLLSTER_TLS_KEY"));
+
+    // A good pair loads, and the metrics listener defaults to it.
+    let (_tc, r) = load_text(
+        &format!(
+            "[server]\ntls_cert = {:?}\ntls_key = {:?}\n",
+            a.0.display().to_string(),
+            a.1.display().to_string()
+        ),
+        &no_env(),
+    );
+    let c = r.expect("loads");
+    assert_eq!(c.server.metrics_tls(), c.server.api_tls());
+    assert!(c.server.api_tls().is_some());
 }

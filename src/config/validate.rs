@@ -42,6 +42,81 @@ pub(super) fn validate_server(file: &str, s: &ServerConfig) -> Result<(), Config
             "must be between 1 and 65536",
         ));
     }
+    let pairs = [
+        (&s.tls_cert, &s.tls_key, "tls_cert", "tls_key"),
+        (
+            &s.metrics_tls_cert,
+            &s.metrics_tls_key,
+            "metrics_tls_cert",
+            "metrics_tls_key",
+        ),
+    ];
+    for (cert, key, cert_key, key_key) in pairs {
+        let (set, missing) = match (cert, key) {
+            (Some(c), None) => ((cert_key, c), key_key),
+            (None, Some(k)) => ((key_key, k), cert_key),
+            _ => continue,
+        };
+        return Err(ConfigError::new(
+            file,
+            server_key(file, set.0),
+            format!("{:?}", set.1.display().to_string()),
+            format!(
+                "needs {} too (a certificate and its key, or neither)",
+                server_key(file, missing)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `server.tls_cert` in a file, `POLLSTER_TLS_CERT` in the environment.
+fn server_key(file: &str, key: &str) -> String {
+    if file == ENVIRONMENT {
+        format!("POLLSTER_{}", key.to_ascii_uppercase())
+    } else {
+        format!("server.{key}")
+    }
+}
+
+/// Each listener's certificate and key can be read and belong together.
+/// An error names the key (or the variable, when the environment set it)
+/// and the file, with the reason.
+pub(super) fn validate_tls_files(
+    file: &str,
+    env: &BTreeMap<String, String>,
+    s: &ServerConfig,
+) -> Result<(), ConfigError> {
+    let own_metrics_pair = s.metrics_tls_cert.is_some();
+    let listeners = [
+        (s.api_tls(), "tls_cert", "tls_key"),
+        (
+            if own_metrics_pair { s.metrics_tls() } else { None },
+            "metrics_tls_cert",
+            "metrics_tls_key",
+        ),
+    ];
+    for (files, cert_key, key_key) in listeners {
+        let Some(files) = files else { continue };
+        if let Err(e) = files.load() {
+            let key = match e.role {
+                crate::tls::Role::Cert => cert_key,
+                crate::tls::Role::Key => key_key,
+            };
+            let var = server_key(ENVIRONMENT, key);
+            let source = if super::env::value(env, &var).is_some() {
+                ENVIRONMENT
+            } else {
+                file
+            };
+            return Err(ConfigError::new(
+                source,
+                server_key(source, key),
+                format!("{:?}", e.file.display().to_string()),
+                e.reason,
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -134,6 +134,18 @@ pub async fn require_auth(
     Ok(next.run(req).await)
 }
 
+/// The metrics listener with `server.metrics_auth = "token"`: a valid API
+/// token of either scope (both may read); no session, as scrapers have none.
+pub async fn require_scrape_token(State(app): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
+    let Some(token) = bearer(&req).map(str::to_owned) else {
+        return Err(ApiError::unauthorized());
+    };
+    match app.with_store(move |s| s.verify_token(&token)).await? {
+        Some(info) if matches!(info.scope, TokenScope::Read | TokenScope::Admin) => Ok(next.run(req).await),
+        _ => Err(ApiError::unauthorized()),
+    }
+}
+
 /// Pages: a logged-in session (or, for reading, an API token), else a
 /// redirect to `/login` (to `/setup` while no admin exists).
 pub async fn require_login(State(app): State<AppState>, session: Session, mut req: Request, next: Next) -> Response {

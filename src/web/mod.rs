@@ -56,6 +56,9 @@ pub struct WebState {
     pub setup_lock: tokio::sync::Mutex<()>,
     /// What the server was started with, for the Security page.
     pub posture: posture::Posture,
+    /// The UI/API listener serves HTTPS itself: cookies are `Secure` and
+    /// answers carry `Strict-Transport-Security`.
+    pub https: bool,
 }
 
 impl Default for WebState {
@@ -70,6 +73,7 @@ impl Default for WebState {
             admin_known: Default::default(),
             setup_lock: Default::default(),
             posture: Default::default(),
+            https: false,
         }
     }
 }
@@ -282,7 +286,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(1024 * 1024))
         .layer(axum::middleware::from_fn_with_state(state.clone(), audit_source))
         .layer(axum::middleware::from_fn(serve::request_timeout))
-        .layer(axum::middleware::from_fn(security_headers))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), security_headers))
         .with_state(state)
 }
 
@@ -311,7 +315,13 @@ async fn audit_source(
 
 /// The headers every answer carries: no framing, no inline script or style,
 /// no sniffing, no referrer, and nothing but static assets kept in a cache.
-async fn security_headers(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+/// Served over HTTPS, the browser is also told to use nothing else for a
+/// year (HSTS).
+async fn security_headers(
+    axum::extract::State(app): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
     use axum::http::HeaderValue;
     let cacheable = req.uri().path().starts_with("/static/");
     let mut resp = next.run(req).await;
@@ -327,6 +337,12 @@ async fn security_headers(req: axum::extract::Request, next: axum::middleware::N
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     if !cacheable {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    if app.web.https {
+        h.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
     }
     resp
 }
@@ -344,20 +360,21 @@ async fn page_not_found(session: tower_sessions::Session) -> axum::response::Res
     (StatusCode::NOT_FOUND, "No such page.").into_response()
 }
 
-/// Mark the session cookie `Secure` when the request came over HTTPS through
-/// a proxy the operator trusts (Pollster itself listens on plain HTTP).
+/// Mark the session cookie `Secure` when the request came over HTTPS: to
+/// this listener (`server.tls_cert`), or through a proxy the operator trusts.
 async fn secure_cookie(
     axum::extract::State(app): axum::extract::State<AppState>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let peer = peer_ip(&req);
-    let https = peer.is_some_and(|p| app.web.trusted_proxy(p))
-        && req
-            .headers()
-            .get("x-forwarded-proto")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+    let https = app.web.https
+        || peer.is_some_and(|p| app.web.trusted_proxy(p))
+            && req
+                .headers()
+                .get("x-forwarded-proto")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.eq_ignore_ascii_case("https"));
     let mut resp = next.run(req).await;
     if https {
         let cookies: Vec<_> = resp.headers().get_all(header::SET_COOKIE).iter().cloned().collect();
@@ -377,12 +394,19 @@ async fn secure_cookie(
     resp
 }
 
-pub fn metrics_router(state: AppState) -> Router {
-    Router::new()
+/// The metrics listener: `/metrics` and `/values`, behind an API token when
+/// `server.metrics_auth = "token"`; `/healthz` is always open.
+pub fn metrics_router(state: AppState, auth: crate::config::MetricsAuth) -> Router {
+    let mut scrapes = Router::new()
         .route("/metrics", get(metrics))
-        .route("/values", get(values))
-        .route("/healthz", get(api::health::healthz))
-        .with_state(state)
+        .route("/values", get(values));
+    if auth == crate::config::MetricsAuth::Token {
+        scrapes = scrapes.route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_scrape_token,
+        ));
+    }
+    scrapes.route("/healthz", get(api::health::healthz)).with_state(state)
 }
 
 #[derive(Debug, serde::Deserialize)]

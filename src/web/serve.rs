@@ -9,6 +9,11 @@
 //! Each connection is one task holding one permit of the listener's
 //! semaphore; stopping closes idle connections at once and lets a request in
 //! progress finish.
+//!
+//! With a TLS configuration the connection's task first completes the
+//! handshake (within [`Limits::header_timeout`], so a client that stalls
+//! there holds its permit no longer than one that stalls on the request
+//! head), then hyper serves the decrypted stream exactly as it serves TCP.
 
 use axum::Router;
 use axum::extract::ConnectInfo;
@@ -39,7 +44,14 @@ pub struct Limits {
 /// Serve `router` on `listener` until `stop` turns true, then close idle
 /// connections and return when the connections in progress have ended (the
 /// caller bounds that wait).
-pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stop: watch::Receiver<bool>,
+) {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut connections = tokio::task::JoinSet::new();
     let stopping = stopped(stop.clone());
@@ -67,30 +79,57 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: 
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let stop = stop.clone();
+        let acceptor = acceptor.clone();
         connections.spawn(async move {
             let _permit = permit;
-            let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(peer));
-                let mut router = router.clone();
-                async move { router.call(req).await }
-            });
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .keep_alive(true);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => return,
-                _ = stopped(stop) => {}
+            match acceptor {
+                None => serve_connection(stream, peer, router, limits, stop).await,
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(stream));
+                    let stream = tokio::select! {
+                        r = handshake => match r {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => return,
+                        },
+                        _ = stopped(stop.clone()) => return,
+                    };
+                    serve_connection(stream, peer, router, limits, stop).await
+                }
             }
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
         });
         while connections.try_join_next().is_some() {}
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// One connection, plain or decrypted: requests until the client closes
+/// it, or until `stop` (then the request in progress finishes).
+async fn serve_connection<S>(stream: S, peer: SocketAddr, router: Router, limits: Limits, stop: watch::Receiver<bool>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        let mut router = router.clone();
+        async move { router.call(req).await }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = stopped(stop) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
 }
 
 async fn stopped(mut stop: watch::Receiver<bool>) {
