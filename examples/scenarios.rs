@@ -686,6 +686,9 @@ struct Figures {
     /// Requests and 429s in each minute.
     sent: Vec<usize>,
     limited: Vec<usize>,
+    /// Successful status polls in each minute: 108 with every task at its
+    /// 10 s adaptive base, 216 at its 5 s floor.
+    status_polls: Vec<usize>,
     /// Per group and minute: the largest age (time since the last
     /// successful poll, from the origin if none) of any of its tasks, s.
     worst_age_s: BTreeMap<&'static str, Vec<f64>>,
@@ -698,6 +701,7 @@ impl Figures {
         let minutes = end_ms.div_ceil(60_000) as usize;
         let minute = |ms: u64| ((ms / 60_000) as usize).min(minutes - 1);
         let (mut sent, mut limited) = (vec![0; minutes], vec![0; minutes]);
+        let mut status_polls = vec![0; minutes];
         let mut limited_ms = Vec::new();
         let mut successes: BTreeMap<(&str, &str), Vec<u64>> = BTreeMap::new();
         for c in calls.iter().filter(|c| c.at_ms <= end_ms) {
@@ -706,6 +710,9 @@ impl Figures {
                 limited[minute(c.at_ms)] += 1;
                 limited_ms.push(c.at_ms);
             } else {
+                if c.group == "status" {
+                    status_polls[minute(c.at_ms)] += 1;
+                }
                 successes.entry((&c.instance, &c.group)).or_default().push(c.at_ms);
             }
         }
@@ -741,6 +748,7 @@ impl Figures {
             limited_ms,
             sent,
             limited,
+            status_polls,
             worst_age_s,
             longest_gap_s,
         }
@@ -807,10 +815,10 @@ impl Said {
 
 fn print_minutes(f: &Figures, samples: &[Sample]) {
     println!(
-        "| minute | sent | 429 | sent rps | worst age s: status p1 | devices p2 | health p3 | inventory p4 \
-         | effective budget rps (min / end) | shed (s of 60) |"
+        "| minute | sent | 429 | sent rps | status polls | worst age s: status p1 | devices p2 | health p3 \
+         | inventory p4 | planned s: health / inventory (end) | effective budget rps (min / end) | shed (s of 60) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---|---|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|");
     for m in 0..f.sent.len() {
         let in_minute: Vec<&Sample> = samples
             .iter()
@@ -826,16 +834,24 @@ fn print_minutes(f: &Figures, samples: &[Sample]) {
         }
         let shed: Vec<String> = shed.iter().map(|(g, n)| format!("{g} {n}")).collect();
         let age = |g: &str| f.worst_age_s[g][m];
+        let planned = |g: &str| match in_minute.last().and_then(|s| s.planned.get(g)) {
+            Some(Some(iv)) => format!("{iv:.0}"),
+            Some(None) => "shed".into(),
+            None => "?".into(),
+        };
         println!(
-            "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} / {:.2} | {} |",
+            "| {} | {} | {} | {:.2} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} / {} | {:.2} / {:.2} | {} |",
             m + 1,
             f.sent[m],
             f.limited[m],
             f.sent[m] as f64 / 60.0,
+            f.status_polls[m],
             age("status"),
             age("devices"),
             age("health"),
             age("inventory"),
+            planned("health"),
+            planned("inventory"),
             min,
             last,
             if shed.is_empty() { "-".into() } else { shed.join(", ") },
