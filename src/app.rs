@@ -44,6 +44,9 @@ pub enum AppError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// The data key is missing or wrong for the sealed credentials (exit 2).
+    #[error(transparent)]
+    Key(#[from] crate::secrets::KeyError),
     #[error(transparent)]
     Engine(#[from] crate::engine::EngineError),
     #[error(transparent)]
@@ -119,8 +122,13 @@ impl Application {
         for w in &config.warnings {
             tracing::warn!("{w}");
         }
+        // The data key first: a missing or wrong one is refused before the
+        // database is written to.
         let data_dir = config.server.data_dir.clone();
-        let store = blocking(move || Store::open(&data_dir)).await??;
+        let key_env = config.secret_key_file.clone();
+        let (_, key) = blocking(move || crate::secrets::unlock(&data_dir, key_env.as_deref())).await??;
+        let data_dir = config.server.data_dir.clone();
+        let store = blocking(move || Store::open_with_key(&data_dir, key)).await??;
         tracing::info!(path = %store.path().display(), "database opened");
 
         let s = store.clone();

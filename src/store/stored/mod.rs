@@ -14,6 +14,8 @@
 mod aimd;
 mod instance;
 mod latest;
+mod secret;
+mod sink;
 mod task;
 mod values;
 
@@ -23,6 +25,7 @@ mod tests;
 pub(crate) use aimd::StoredAimd;
 pub(crate) use instance::StoredInstance;
 pub(crate) use latest::{StoredBody, StoredBodyRef, StoredValues, StoredValuesRef};
+pub(crate) use sink::StoredSink;
 pub(crate) use task::{StoredTask, StoredTaskRef};
 pub(crate) use values::{
     StoredOutboxEvent, StoredOutboxEventRef, StoredRollup, StoredSession, StoredSettings, StoredSettingsRef,
