@@ -126,7 +126,8 @@ impl Application {
         // database is written to.
         let data_dir = config.server.data_dir.clone();
         let key_env = config.secret_key_file.clone();
-        let (_, key) = blocking(move || crate::secrets::unlock(&data_dir, key_env.as_deref())).await??;
+        let (key_file, key) = blocking(move || crate::secrets::unlock(&data_dir, key_env.as_deref())).await??;
+        tracing::info!(key_file = %key_file.path.display(), "data key loaded");
         let data_dir = config.server.data_dir.clone();
         let store = blocking(move || Store::open_with_key(&data_dir, key)).await??;
         tracing::info!(path = %store.path().display(), "database opened");
