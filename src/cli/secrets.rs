@@ -148,7 +148,7 @@ pub fn restore(dir: &DataDirArgs, file: &Path, passphrase_file: &Path) -> Result
     let bytes = std::fs::read(file).map_err(|e| config_failure(format!("cannot read {}: {e}", file.display())))?;
     let plain = backup::decrypt(&bytes, &pass).map_err(|e| backup_failure(file, e))?;
     // Refused now, not after the work, while a server holds the database.
-    crate::store::key_census(&data_dir, None)?;
+    crate::store::check_not_in_use(&data_dir)?;
     let key_file = KeyFile::locate(&data_dir, env.as_deref());
     let (key, new_key) = match key_file.read().map_err(key_failure)? {
         Some(k) => (k, false),

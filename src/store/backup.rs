@@ -161,14 +161,8 @@ impl CheckedBackup {
     /// renamed into place, so the database is either the old file or the
     /// whole new one. Refused while a server holds the database.
     pub fn install(self, data_dir: &Path) -> Result<Restored, StoreError> {
+        check_not_in_use(data_dir)?;
         let live = data_dir.join(FILE_NAME);
-        if live.exists() {
-            drop(
-                Builder::new()
-                    .open_read_only(&live)
-                    .map_err(|e| super::open_error(&live, e))?,
-            );
-        }
         let mut dir = fs::DirBuilder::new();
         dir.recursive(true);
         #[cfg(unix)]
@@ -182,6 +176,26 @@ impl CheckedBackup {
             let _ = fs::remove_file(&partial);
         }
         result.map(|()| self.restored)
+    }
+}
+
+/// Refuses ([`StoreError::Locked`]) while a server holds `data_dir`'s
+/// database, without writing to it.
+pub fn check_not_in_use(data_dir: &Path) -> Result<(), StoreError> {
+    let live = data_dir.join(FILE_NAME);
+    if !live.exists() {
+        return Ok(());
+    }
+    match Builder::new().open_read_only(&live) {
+        Ok(db) => {
+            drop(db);
+            Ok(())
+        }
+        Err(e @ (redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::LockProtocolMismatch)) => {
+            Err(super::open_error(&live, e))
+        }
+        // Damaged or not shut down cleanly: it is about to be replaced.
+        Err(_) => Ok(()),
     }
 }
 

@@ -75,7 +75,7 @@ use redb::{
 };
 
 pub use aimd::LoadedAimd;
-pub use backup::{CheckedBackup, Restored, check_backup};
+pub use backup::{CheckedBackup, Restored, check_backup, check_not_in_use};
 pub use history::Rollup;
 pub use latest::{LatestBatch, LoadedBodies, LoadedValues};
 pub use outbox::{OutboxEvent, OutboxListener, OutboxRow};

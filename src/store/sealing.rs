@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use redb::{Builder, Database, ReadableDatabase, ReadableTable, TableError, WriteTransaction};
+use redb::{Builder, Database, DatabaseError, ReadableDatabase, ReadableTable, TableError, WriteTransaction};
 
 use super::codec::{self, FORMAT_JSON_V1};
 use super::records::{SINK_SETTINGS, decode_instance_with, decode_sink, encode_instance, encode_sink};
@@ -35,7 +35,26 @@ pub fn key_census(data_dir: &Path, key: Option<&DataKey>) -> Result<KeyCensus, S
     if !path.exists() {
         return Ok(KeyCensus::default());
     }
-    let db = Builder::new().open_read_only(&path).map_err(|e| open_error(&path, e))?;
+    let sealed = match Builder::new().open_read_only(&path) {
+        Ok(db) => sealed_values(&db)?,
+        // Not shut down cleanly: a read-only open cannot repair it. The
+        // repair (redb's own bookkeeping, which any open would do) is the
+        // only write before the key is checked.
+        Err(DatabaseError::RepairAborted) => sealed_values(&create_database(&path)?)?,
+        Err(e) => return Err(open_error(&path, e)),
+    };
+    let unopened = sealed
+        .iter()
+        .filter(|(aad, value)| key.is_none_or(|k| k.open(aad, value).is_err()))
+        .count();
+    Ok(KeyCensus {
+        sealed: sealed.len(),
+        unopened,
+    })
+}
+
+/// Every sealed value in the database, with its associated data.
+fn sealed_values(db: &impl ReadableDatabase) -> Result<Vec<(String, String)>, StoreError> {
     let txn = db.begin_read().ctx("starting a read transaction")?;
     let mut sealed = Vec::new();
     match txn.open_table(INSTANCES.def) {
@@ -48,14 +67,7 @@ pub fn key_census(data_dir: &Path, key: Option<&DataKey>) -> Result<KeyCensus, S
         Err(TableError::TableDoesNotExist(_)) => {}
         Err(e) => return Err(e).ctx("opening table settings"),
     }
-    let unopened = sealed
-        .iter()
-        .filter(|(aad, value)| key.is_none_or(|k| k.open(aad, value).is_err()))
-        .count();
-    Ok(KeyCensus {
-        sealed: sealed.len(),
-        unopened,
-    })
+    Ok(sealed)
 }
 
 /// Sealed values of the `instances` table. A record that does not decode

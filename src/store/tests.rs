@@ -595,6 +595,39 @@ fn plaintext_credentials_of_an_older_release_are_sealed_at_the_first_open_with_t
     );
 }
 
+/// Run by `a_database_not_shut_down_cleanly_still_has_its_key_checked`:
+/// writes a sealed credential, then dies without closing the database.
+#[test]
+#[ignore = "helper run in a child process"]
+fn crash_child() {
+    let dir = std::env::var_os(CHILD_DIR_ENV).expect("run by its parent test");
+    let store = Store::open_with_key(std::path::Path::new(&dir), test_key()).expect("open");
+    store.put_instance(&instance("a")).expect("instance");
+    std::process::abort();
+}
+
+#[test]
+fn a_database_not_shut_down_cleanly_still_has_its_key_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _ = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "store::tests::crash_child", "--ignored", "--test-threads=1"])
+        .env(CHILD_DIR_ENV, dir.path())
+        .output()
+        .expect("run child");
+    let path = dir.path().join(FILE_NAME);
+    assert!(
+        matches!(
+            redb::Builder::new().open_read_only(&path),
+            Err(redb::DatabaseError::RepairAborted)
+        ),
+        "the child left a file that needs repair"
+    );
+    let census = super::key_census(dir.path(), Some(&test_key())).expect("census after a crash");
+    assert_eq!(census, super::KeyCensus { sealed: 1, unopened: 0 });
+    let store = Store::open_with_key(dir.path(), test_key()).expect("open");
+    assert_eq!(store.list_instances().expect("list"), vec![instance("a")]);
+}
+
 #[test]
 fn reseal_moves_every_credential_to_the_new_key_in_one_transaction() {
     let (dir, store) = temp_store();
