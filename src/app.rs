@@ -44,6 +44,9 @@ pub enum AppError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// The data key is missing or wrong for the sealed credentials (exit 2).
+    #[error(transparent)]
+    Key(#[from] crate::secrets::KeyError),
     #[error(transparent)]
     Engine(#[from] crate::engine::EngineError),
     #[error(transparent)]
@@ -153,8 +156,15 @@ impl Application {
         for w in &config.warnings {
             tracing::warn!("{w}");
         }
+        // The data key first: a missing or wrong one is refused before the
+        // database is written to.
         let data_dir = config.server.data_dir.clone();
-        let store = blocking(move || Store::open(&data_dir)).await??;
+        let key_env = config.secret_key_file.clone();
+        let (key_file, key) = blocking(move || crate::secrets::unlock(&data_dir, key_env.as_deref())).await??;
+        tracing::info!(key_file = %key_file.path.display(), "data key loaded");
+        let key_path = key_file.path.clone();
+        let data_dir = config.server.data_dir.clone();
+        let store = blocking(move || Store::open_with_key(&data_dir, key)).await??;
         tracing::info!(path = %store.path().display(), "database opened");
 
         let s = store.clone();
@@ -316,8 +326,8 @@ impl Application {
                 ui_tls: tls.api.is_some(),
                 metrics_tls: tls.metrics.is_some(),
                 metrics_auth: config.server.metrics_auth == crate::config::MetricsAuth::Token,
+                key_file: Some(key_path),
                 trusted_proxies: config.server.trusted_proxies.clone(),
-                ..Default::default()
             },
             tls,
             metrics_auth: config.server.metrics_auth,

@@ -2,6 +2,7 @@
 //! `values`, `admin …`.
 //! Exit codes: 0 fine, 1 runtime failure, 2 bad configuration or usage.
 
+mod secrets;
 mod self_signed;
 mod values;
 
@@ -146,6 +147,35 @@ pub enum AdminCommand {
     Dlq {
         #[command(subcommand)]
         command: DlqCommand,
+    },
+    /// Re-seal every stored credential under a new data key, in one
+    /// transaction; the old key file is kept as `secret.key.old`.
+    RotateKey {
+        #[command(flatten)]
+        dir: DataDirArgs,
+    },
+    /// Write an encrypted backup (an age file) of the database. With the
+    /// server running, use `POST /api/admin/backup` instead.
+    Backup {
+        #[command(flatten)]
+        dir: DataDirArgs,
+        /// A file whose first line is the passphrase (12 characters or more).
+        #[arg(long)]
+        passphrase_file: PathBuf,
+        /// Where to write the backup.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Replace the database with an encrypted backup, after checking all of
+    /// it; its credentials are sealed under this machine's data key.
+    Restore {
+        #[command(flatten)]
+        dir: DataDirArgs,
+        /// The backup file.
+        file: PathBuf,
+        /// A file whose first line is the backup's passphrase.
+        #[arg(long)]
+        passphrase_file: PathBuf,
     },
 }
 
@@ -425,6 +455,17 @@ pub fn admin(cmd: AdminCommand, out: &mut dyn Write) -> Result<(), Failure> {
         }
         AdminCommand::SelfSigned(args) => self_signed::run(args, out)?,
         AdminCommand::Dlq { command } => dlq(command, out)?,
+        AdminCommand::RotateKey { dir } => w(out, secrets::rotate_key(&dir)?)?,
+        AdminCommand::Backup {
+            dir,
+            passphrase_file,
+            out: file,
+        } => w(out, secrets::backup(&dir, &passphrase_file, &file)?)?,
+        AdminCommand::Restore {
+            dir,
+            file,
+            passphrase_file,
+        } => w(out, secrets::restore(&dir, &file, &passphrase_file)?)?,
     }
     Ok(())
 }

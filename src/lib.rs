@@ -16,6 +16,7 @@ pub mod model;
 pub mod poll;
 pub mod presets;
 pub mod read_model;
+pub mod secrets;
 pub mod sink;
 pub mod store;
 pub mod tls;

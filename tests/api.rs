@@ -251,19 +251,42 @@ async fn instances_crud_with_validation_naming_the_field() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn backup_is_a_consistent_openable_copy() {
+async fn backup_is_a_consistent_openable_copy_encrypted_with_the_passphrase() {
+    const PASS: &str = "correct horse battery";
     let app = TestApp::spawn(vec![("b", Behaviour::Unauthorized)]).await;
     app.wait_health(WAIT, "dead-letter entry", |h| h["deadLetter"]["count"] == 1)
         .await;
-    let r = app.get("/api/admin/backup").await;
+    let post = |pass: Value| {
+        app.client
+            .post(app.url("/api/admin/backup"))
+            .bearer_auth(&app.token)
+            .json(&pass)
+            .send()
+    };
+    // GET is gone; a short or missing passphrase names the field.
+    assert_eq!(app.get("/api/admin/backup").await.status().as_u16(), 405);
+    for body in [json!({"passphrase": "eleven char"}), json!({})] {
+        let r = post(body.clone()).await.expect("request");
+        assert_eq!(r.status().as_u16(), 422, "{body}");
+        let err: Value = r.json().await.expect("json");
+        assert_eq!(err["error"]["field"], "passphrase", "{err}");
+        assert!(
+            !err.to_string().contains("eleven char"),
+            "the passphrase is never echoed: {err}"
+        );
+    }
+    let r = post(json!({"passphrase": PASS})).await.expect("request");
     assert_eq!(r.status().as_u16(), 200);
     assert!(
         r.headers()
             .get("content-disposition")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.contains(".redb"))
+            .is_some_and(|v| v.contains(".redb.age"))
     );
-    let bytes = r.bytes().await.expect("body");
+    let file = r.bytes().await.expect("body");
+    assert!(file.starts_with(b"age-encryption.org/v1\n"));
+    let bytes = pollster::secrets::backup::decrypt(&file, PASS).expect("opens with the passphrase");
+    assert!(pollster::secrets::backup::decrypt(&file, "not the passphrase").is_err());
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("pollster.redb"), &bytes).expect("write");
     let copy = pollster::store::Store::open(dir.path()).expect("backup opens");
@@ -276,18 +299,24 @@ async fn backup_is_a_consistent_openable_copy() {
         "{tasks:?}"
     );
     assert!(!copy.list_tokens().expect("tokens").is_empty());
+    drop(copy);
 
     // Backups asked for at the same moment each get a whole copy.
-    let handles: Vec<_> = (0..6)
+    let handles: Vec<_> = (0..3)
         .map(|_| {
-            let req = app.client.get(app.url("/api/admin/backup")).bearer_auth(&app.token);
+            let req = app
+                .client
+                .post(app.url("/api/admin/backup"))
+                .bearer_auth(&app.token)
+                .json(&json!({"passphrase": PASS}));
             tokio::spawn(async move { req.send().await.expect("request") })
         })
         .collect();
     for (i, h) in handles.into_iter().enumerate() {
         let r = h.await.expect("task");
         assert_eq!(r.status().as_u16(), 200, "backup {i}");
-        let bytes = r.bytes().await.expect("body");
+        let file = r.bytes().await.expect("body");
+        let bytes = pollster::secrets::backup::decrypt(&file, PASS).expect("decrypts");
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("pollster.redb"), &bytes).expect("write");
         let copy = pollster::store::Store::open(dir.path()).expect("backup opens");

@@ -370,9 +370,17 @@ async fn backups_hold_no_sessions_and_sessions_are_stored_hashed() {
         "not stored under its id"
     );
 
-    let backup = app.get("/api/admin/backup").await;
+    let backup = app
+        .client
+        .post(app.url("/api/admin/backup"))
+        .bearer_auth(&app.token)
+        .json(&serde_json::json!({"passphrase": "a long enough passphrase"}))
+        .send()
+        .await
+        .expect("backup");
     assert_eq!(backup.status().as_u16(), 200);
-    let bytes = backup.bytes().await.expect("backup");
+    let file = backup.bytes().await.expect("backup");
+    let bytes = pollster::secrets::backup::decrypt(&file, "a long enough passphrase").expect("decrypts");
     assert!(
         !bytes.windows(id.len()).any(|w| w == id.as_bytes()),
         "the session id is in the backup"
@@ -795,11 +803,15 @@ async fn a_read_token_reads_everything_but_the_backup_and_changes_nothing() {
         );
     }
     assert_eq!(
-        call(reqwest::Method::GET, "/api/admin/backup", None)
-            .await
-            .expect("get")
-            .status()
-            .as_u16(),
+        call(
+            reqwest::Method::POST,
+            "/api/admin/backup",
+            Some(json!({"passphrase": "a long enough passphrase"}))
+        )
+        .await
+        .expect("get")
+        .status()
+        .as_u16(),
         403
     );
     let changes = [
@@ -821,8 +833,15 @@ async fn a_read_token_reads_everything_but_the_backup_and_changes_nothing() {
         assert_eq!(r.status().as_u16(), 403, "{m} {p}");
     }
     assert!(app.get_json("/api/instances/x").await["name"] == "x", "nothing changed");
-    // The admin token of the tests may take the backup.
-    assert_eq!(app.get("/api/admin/backup").await.status().as_u16(), 200);
+    // The admin token of the tests may take the backup (a POST now).
+    let (status, _) = app
+        .send(
+            reqwest::Method::POST,
+            "/api/admin/backup",
+            Some(json!({"passphrase": "a long enough passphrase"})),
+        )
+        .await;
+    assert_eq!(status, 200);
     app.stop().await;
 }
 

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 /// The admin password for automated installs; not a setting, never stored here.
 pub(super) const ADMIN_PASSWORD: &str = "POLLSTER_ADMIN_PASSWORD";
+/// The data key file, when not `<data_dir>/secret.key` (`crate::secrets`).
+pub(super) const SECRET_KEY_FILE: &str = crate::secrets::KEY_FILE_ENV;
 
 type Setter<T> = fn(&mut T, &str) -> Result<(), String>;
 
@@ -160,6 +162,7 @@ pub fn known_env_vars() -> Vec<&'static str> {
     v.extend(MONITORING_VARS.iter().map(|e| e.var));
     v.extend(SINK_VARS.iter().map(|e| e.var));
     v.push(ADMIN_PASSWORD);
+    v.push(SECRET_KEY_FILE);
     v
 }
 
@@ -375,6 +378,7 @@ pub(super) struct FromEnv {
     pub server: ServerConfig,
     pub sink: Option<SinkConfig>,
     pub admin_password: Option<String>,
+    pub secret_key_file: Option<PathBuf>,
     pub warnings: Vec<String>,
 }
 
@@ -423,6 +427,7 @@ pub(super) fn read(
             Some(v) => Some(v.to_string()),
             None => credential(env, "admin_password")?,
         },
+        secret_key_file: value(env, SECRET_KEY_FILE).map(PathBuf::from),
         warnings,
     })
 }

@@ -64,6 +64,9 @@ pub struct Config {
     pub instances: Vec<InstanceConfig>,
     /// `POLLSTER_ADMIN_PASSWORD`.
     pub admin_password: Option<String>,
+    /// `POLLSTER_SECRET_KEY_FILE`: the data key file, when not
+    /// `<data_dir>/secret.key`.
+    pub secret_key_file: Option<PathBuf>,
     /// To log at startup, e.g. unknown `POLLSTER_` variables.
     pub warnings: Vec<String>,
 }
@@ -89,6 +92,7 @@ impl fmt::Debug for Config {
             .field("types", &self.types)
             .field("instances", &self.instances.len())
             .field("admin_password", &self.admin_password.as_ref().map(|_| HIDDEN))
+            .field("secret_key_file", &self.secret_key_file)
             .field("warnings", &self.warnings)
             .finish()
     }
@@ -211,6 +215,7 @@ fn build(
         types,
         instances,
         admin_password: from_env.admin_password,
+        secret_key_file: from_env.secret_key_file,
         warnings: from_env.warnings,
     })
 }

@@ -938,11 +938,31 @@ fn known_env_vars_cover_every_scalar_setting() {
         "POLLSTER_METRICS_TLS_KEY",
         "POLLSTER_METRICS_AUTH",
         "POLLSTER_ADMIN_PASSWORD",
+        "POLLSTER_SECRET_KEY_FILE",
     ] {
         assert!(known.contains(&var), "{var} missing");
     }
     // And nothing else.
-    assert_eq!(known.len(), 22 + 11 + 6 + 1);
+    assert_eq!(known.len(), 22 + 11 + 6 + 2);
+}
+
+#[test]
+fn the_secret_key_file_comes_from_its_variable() {
+    let c = load(None, &env_of(&[])).expect("ok");
+    assert_eq!(c.secret_key_file, None);
+    let c = load(
+        None,
+        &env_of(&[(
+            "POLLSTER_SECRET_KEY_FILE",
+            "/run/credentials/pollster.service/secret.key",
+        )]),
+    )
+    .expect("ok");
+    assert_eq!(
+        c.secret_key_file.as_deref(),
+        Some(std::path::Path::new("/run/credentials/pollster.service/secret.key"))
+    );
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 }
 
 #[test]

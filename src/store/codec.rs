@@ -52,6 +52,14 @@ pub(crate) fn encode_stored<W: Encodes>(value: &W) -> Result<Vec<u8>, StoreError
     encode_as(W::Value::VERSION, W::Value::WHAT, value)
 }
 
+/// Encodes `value` in format `version` of `W::Value`, an older one than
+/// it writes by default: only the inside of an encrypted backup uses it,
+/// to hold credentials in plaintext (format 1) for the machine it is
+/// restored on to seal under its own key.
+pub(crate) fn encode_stored_version<W: Encodes>(version: u8, value: &W) -> Result<Vec<u8>, StoreError> {
+    encode_as(version, W::Value::WHAT, value)
+}
+
 /// Decodes a stored value of type `T`, upgrading one an older release wrote.
 pub(crate) fn decode_stored<T: Versioned>(table: &'static str, key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt {
@@ -71,7 +79,7 @@ pub(crate) fn decode_stored<T: Versioned>(table: &'static str, key: &[u8], bytes
     }
 }
 
-fn unknown_version(found: u8, current: u8) -> String {
+pub(crate) fn unknown_version(found: u8, current: u8) -> String {
     format!("unknown value format version {found} (this release reads format {current})")
 }
 

@@ -28,6 +28,14 @@
 //! types, which convert to and from it) and `codec` versions and encodes it. Bad bytes are reported as
 //! [`StoreError::Corrupt`], never a panic. The file is integrity-checked on
 //! open, so a file damaged outside redb is refused rather than trusted.
+//!
+//! # Credentials
+//!
+//! Instance credentials and the sink's secrets are sealed with the data key
+//! (`crate::secrets`) before they reach the file, and opened when read
+//! ([`Store::open_with_key`]); `sealing` counts them, checks a key against
+//! them, seals what an older release left in plaintext and re-seals them
+//! under a new key.
 
 mod aimd;
 mod audit;
@@ -38,6 +46,7 @@ mod latest;
 mod outbox;
 mod records;
 mod schema;
+mod sealing;
 mod sessions;
 mod stored;
 mod tables;
@@ -61,17 +70,20 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use crate::secrets::DataKey;
 use redb::{
     Builder, Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, StorageError, WriteTransaction,
 };
 
 pub use aimd::LoadedAimd;
 pub use audit::AuditEntry;
+pub use backup::{CheckedBackup, Restored, check_backup, check_not_in_use};
 pub use history::Rollup;
 pub use latest::{LatestBatch, LoadedBodies, LoadedValues};
 pub use outbox::{AuditStamp, OutboxEvent, OutboxListener, OutboxRow};
 pub use records::LoadedTasks;
 pub use schema::SCHEMA_VERSION;
+pub use sealing::{KeyCensus, key_census, scrub_file};
 pub use sessions::{SessionRow, SessionWrite, session_key};
 pub use tokens::{TOKEN_PREFIX, TokenInfo, TokenScope};
 pub use users::UserRecord;
@@ -111,6 +123,13 @@ pub enum StoreError {
 
     #[error("invalid key \"{key}\": {reason}")]
     InvalidKey { key: String, reason: &'static str },
+
+    #[error("cannot open the sealed credentials of {table} \"{key}\": {reason}")]
+    Sealed {
+        table: &'static str,
+        key: String,
+        reason: String,
+    },
 
     #[error("cannot encode {what}: {reason}")]
     Encode { what: &'static str, reason: String },
@@ -218,6 +237,9 @@ pub struct Store {
     path: Arc<Path>,
     /// Told of commits that added outbox rows (see `outbox`).
     outbox_listener: Arc<RwLock<Option<OutboxListener>>>,
+    /// Seals and opens the stored credentials (`crate::secrets`). Without
+    /// it, records holding credentials can be neither read nor written.
+    key: Option<Arc<DataKey>>,
 }
 
 impl Store {
@@ -240,25 +262,50 @@ impl Store {
     /// Opens `data_dir/pollster.redb`, creating the directory and file if
     /// missing, creating every table, and checking (or writing) the schema
     /// version: an older file is migrated, a newer one is refused untouched.
+    ///
+    /// Opened this way the store holds no data key: the admin commands that
+    /// touch no credential use it. The server opens with
+    /// [`Store::open_with_key`].
     pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
+        Self::open_inner(data_dir, None)
+    }
+
+    /// [`Store::open`] with the data key that seals credentials. A
+    /// credential an older release stored in plaintext is sealed in the same
+    /// transaction that brings the schema up to date. The caller has checked
+    /// the key against the sealed values (`crate::secrets::unlock`).
+    pub fn open_with_key(data_dir: &Path, key: DataKey) -> Result<Store, StoreError> {
+        Self::open_inner(data_dir, Some(Arc::new(key)))
+    }
+
+    fn open_inner(data_dir: &Path, key: Option<Arc<DataKey>>) -> Result<Store, StoreError> {
         let mut dir = std::fs::DirBuilder::new();
         dir.recursive(true);
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut dir, 0o700);
         dir.create(data_dir).map_err(io_error(data_dir))?;
         let path = data_dir.join(FILE_NAME);
-        let db = create_database(&path)?;
-        schema::prepare(&db, &path)?;
+        let mut db = create_database(&path)?;
+        if schema::prepare(&db, &path, key.as_deref())? > 0 {
+            // The plaintext the sealing replaced must not linger in free pages.
+            db = sealing::scrub(db, &path)?;
+        }
         Ok(Store {
             db: Arc::new(db),
             path: Arc::from(path),
             outbox_listener: Arc::default(),
+            key,
         })
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The data key, when the store was opened with one.
+    pub(crate) fn data_key(&self) -> Option<&DataKey> {
+        self.key.as_deref()
     }
 
     fn read_txn(&self) -> Result<ReadTransaction, StoreError> {

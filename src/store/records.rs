@@ -6,10 +6,14 @@
 use redb::ReadableTable;
 
 use super::outbox::{self, OutboxEvent};
-use super::stored::{StoredInstance, StoredSettings, StoredSettingsRef, StoredTask, StoredTaskRef};
+use super::stored::{StoredInstance, StoredSettings, StoredSettingsRef, StoredSink, StoredTask, StoredTaskRef};
 use super::tables::{self, INSTANCES, SETTINGS, TASKS};
 use super::{Ctx, Store, StoreError, codec};
 use crate::model::{InstanceConfig, TaskKey, TaskRecord};
+use crate::secrets::DataKey;
+
+/// The `settings` key of the sink's document, whose secrets are sealed.
+pub(crate) const SINK_SETTINGS: &str = "sink";
 
 /// Tasks read at startup, and the records that could not be read.
 pub type LoadedTasks = (Vec<(TaskKey, TaskRecord)>, Vec<StoreError>);
@@ -78,7 +82,7 @@ impl Store {
         let mut out = Vec::new();
         for entry in table.iter().ctx("reading table instances")? {
             let (k, v) = entry.ctx("reading table instances")?;
-            out.push(decode_instance(k.value(), v.value())?);
+            out.push(decode_instance_with(k.value(), v.value(), self.data_key())?);
         }
         Ok(out)
     }
@@ -87,7 +91,9 @@ impl Store {
         let txn = self.read_txn()?;
         let table = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
         let guard = table.get(name.as_bytes()).ctx("reading an instance")?;
-        guard.map(|v| decode_instance(name.as_bytes(), v.value())).transpose()
+        guard
+            .map(|v| decode_instance_with(name.as_bytes(), v.value(), self.data_key()))
+            .transpose()
     }
 
     /// Creates or replaces the instance named `inst.name`.
@@ -98,7 +104,7 @@ impl Store {
     /// [`Store::put_instance`] and `events`, in one transaction.
     pub fn put_instance_with_events(&self, inst: &InstanceConfig, events: &[OutboxEvent]) -> Result<(), StoreError> {
         tables::check_instance_name(&inst.name)?;
-        let v = encode_instance(inst)?;
+        let v = encode_instance(inst, self.data_key())?;
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
@@ -144,7 +150,13 @@ impl Store {
         let table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
         let guard = table.get(name.as_bytes()).ctx("reading settings")?;
         guard
-            .map(|v| codec::decode_stored(SETTINGS.name, name.as_bytes(), v.value()).map(|s: StoredSettings| s.0))
+            .map(|v| {
+                if name == SINK_SETTINGS {
+                    decode_sink(v.value(), self.data_key())
+                } else {
+                    codec::decode_stored(SETTINGS.name, name.as_bytes(), v.value()).map(|s: StoredSettings| s.0)
+                }
+            })
             .transpose()
     }
 
@@ -160,7 +172,11 @@ impl Store {
         doc: &serde_json::Value,
         events: &[OutboxEvent],
     ) -> Result<(), StoreError> {
-        let v = codec::encode_stored(&StoredSettingsRef(doc))?;
+        let v = if name == SINK_SETTINGS {
+            encode_sink(doc, self.data_key())?
+        } else {
+            codec::encode_stored(&StoredSettingsRef(doc))?
+        };
         let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
@@ -184,16 +200,36 @@ pub fn decode_task(key: &[u8], value: &[u8]) -> Result<(TaskKey, TaskRecord), St
     Ok((task, stored.into()))
 }
 
-/// An instance as the `instances` table holds it.
-pub fn encode_instance(inst: &InstanceConfig) -> Result<Vec<u8>, StoreError> {
-    codec::encode_stored(&StoredInstance::from(inst))
+/// An instance as the `instances` table holds it, its credentials sealed
+/// under `data_key` (an instance with credentials needs one).
+pub fn encode_instance(inst: &InstanceConfig, data_key: Option<&DataKey>) -> Result<Vec<u8>, StoreError> {
+    let stored = StoredInstance::seal(inst, data_key, &mut rand::rng()).map_err(|reason| StoreError::Encode {
+        what: "instance",
+        reason,
+    })?;
+    codec::encode_stored(&stored)
 }
 
-/// An instance record, checked against the key it is stored under.
+/// An instance record with no data key: it reads one without sealed
+/// credentials (the fuzz targets use it).
 pub fn decode_instance(key: &[u8], value: &[u8]) -> Result<InstanceConfig, StoreError> {
+    decode_instance_with(key, value, None)
+}
+
+/// An instance record, its credentials opened with `data_key`, checked
+/// against the key it is stored under.
+pub(crate) fn decode_instance_with(
+    key: &[u8],
+    value: &[u8],
+    data_key: Option<&DataKey>,
+) -> Result<InstanceConfig, StoreError> {
     let name = tables::str_key(INSTANCES.name, key)?;
     let stored: StoredInstance = codec::decode_stored(INSTANCES.name, key, value)?;
-    let inst = InstanceConfig::from(stored);
+    let inst = stored.open(data_key).map_err(|reason| StoreError::Sealed {
+        table: INSTANCES.name,
+        key: codec::display_key(key),
+        reason,
+    })?;
     if inst.name != name {
         return Err(StoreError::Corrupt {
             table: INSTANCES.name,
@@ -202,4 +238,24 @@ pub fn decode_instance(key: &[u8], value: &[u8]) -> Result<InstanceConfig, Store
         });
     }
     Ok(inst)
+}
+
+/// The sink's document as the `settings` table holds it, its secrets sealed.
+pub(crate) fn encode_sink(doc: &serde_json::Value, data_key: Option<&DataKey>) -> Result<Vec<u8>, StoreError> {
+    let stored = StoredSink::seal(doc, data_key, &mut rand::rng()).map_err(|reason| StoreError::Encode {
+        what: "sink settings",
+        reason,
+    })?;
+    codec::encode_stored(&stored)
+}
+
+/// The sink's document, its secrets opened with `data_key`.
+pub(crate) fn decode_sink(value: &[u8], data_key: Option<&DataKey>) -> Result<serde_json::Value, StoreError> {
+    let key = SINK_SETTINGS.as_bytes();
+    let stored: StoredSink = codec::decode_stored(SETTINGS.name, key, value)?;
+    stored.open(data_key).map_err(|reason| StoreError::Sealed {
+        table: SETTINGS.name,
+        key: SINK_SETTINGS.into(),
+        reason,
+    })
 }

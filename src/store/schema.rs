@@ -16,22 +16,36 @@ use redb::{Database, ReadableTable, WriteTransaction};
 
 use super::tables::{self, META, SCHEMA_VERSION_KEY};
 use super::{Ctx, StoreError, begin_durable_write, codec};
+use crate::secrets::DataKey;
 
 /// The layout this release reads and writes. Bump it together with a new
 /// entry in [`MIGRATIONS`].
-pub const SCHEMA_VERSION: u32 = 1;
+///
+/// 2: credentials sealed (`instances` values and the `sink` settings
+/// document in format 2, see `sealing`).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One upgrade step, run inside the open write transaction.
 type Migration = fn(&WriteTransaction) -> Result<(), StoreError>;
 
 /// `MIGRATIONS[i]` upgrades a file from schema `i + 1` to `i + 2`; its length
-/// is therefore always `SCHEMA_VERSION - 1`. Schema 2 would add
-/// `v1_to_v2` here, e.g. rewriting every `tasks` value.
-const MIGRATIONS: [Migration; SCHEMA_VERSION as usize - 1] = [];
+/// is therefore always `SCHEMA_VERSION - 1`.
+const MIGRATIONS: [Migration; SCHEMA_VERSION as usize - 1] = [v1_to_v2];
+
+/// Schema 2 seals credentials. Sealing needs the data key, which this step
+/// does not have: [`prepare`] seals every plaintext credential in this same
+/// transaction when the store opens with its key, and a store opened
+/// without one (an admin command) leaves them in format 1, which still
+/// reads, for the next start of the server.
+fn v1_to_v2(_txn: &WriteTransaction) -> Result<(), StoreError> {
+    Ok(())
+}
 
 /// Creates every table and brings the file to [`SCHEMA_VERSION`], or refuses
-/// a newer file without writing to it.
-pub(super) fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
+/// a newer file without writing to it. With `key`, every credential still
+/// in plaintext is sealed in the same transaction; returns how many records
+/// that sealed.
+pub(super) fn prepare(db: &Database, path: &Path, key: Option<&DataKey>) -> Result<usize, StoreError> {
     let txn = begin_durable_write(db)?;
     // `meta` first: its types never change, so opening it is safe whatever
     // release wrote the file, while the other tables may differ in a newer one.
@@ -58,7 +72,12 @@ pub(super) fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
         // A new file.
         None => write_version(&txn)?,
     }
-    txn.commit().ctx("committing the schema")
+    let sealed = match key {
+        Some(key) => super::sealing::seal_plaintext(&txn, key)?,
+        None => 0,
+    };
+    txn.commit().ctx("committing the schema")?;
+    Ok(sealed)
 }
 
 fn read_version(txn: &WriteTransaction) -> Result<Option<u32>, StoreError> {

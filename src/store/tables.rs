@@ -13,10 +13,10 @@
 //! | `meta`      | `schema_version`                       | `u32` |
 //! |             | `outbox_next_seq`                      | `u64`, the next `outbox` key |
 //! | `tasks`     | instance `\0` group                    | `TaskRecord` (`StoredTask`): a task's schedule, failures, breaker, dead-letter state |
-//! | `instances` | instance name                          | `InstanceConfig` (`StoredInstance`) added from the UI or API (the config file's are not stored) |
+//! | `instances` | instance name                          | `InstanceConfig` (`StoredInstance`) added from the UI or API (the config file's are not stored); its credentials sealed (`sealing`) |
 //! | `settings`  | `monitoring`                           | JSON patch over the file's monitoring settings |
 //! |             | `budgets`                              | JSON object: budget pools changed from the UI or API, by name |
-//! |             | `sink`                                 | JSON: the event sink's settings, or `null` for off |
+//! |             | `sink`                                 | JSON: the event sink's settings, or `null` for off (`StoredSink`: header values and a URL password sealed) |
 //! | `tokens`    | SHA-256 of the token plaintext (32 bytes) | `TokenInfo` (`StoredToken`): id, name, scope, created |
 //! | `users`     | user name (`admin`)                    | `UserRecord` (`StoredUser`): argon2 password hash (PHC string) |
 //! | `sessions`  | SHA-256 of the session id (hex)        | `SessionRow` (`StoredSession`): expiry, user, the record with its id blanked; never copied into a backup |

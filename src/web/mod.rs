@@ -235,7 +235,7 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .route("/instances/{name}/test", post(instances::test))
         .route("/instances/{name}/data", get(data::get))
         .route("/instances/{name}/data/{group}/body", get(data::body))
-        .route("/admin/backup", get(admin::backup))
+        .route("/admin/backup", post(admin::backup))
         .route("/admin/audit", get(audit::list))
         .route("/openapi.json", get(openapi::openapi))
         .fallback(api_not_found)

@@ -2,6 +2,7 @@
 //! a simulated fleet on loopback, and typed request helpers.
 #![allow(dead_code)]
 
+pub mod auth_target;
 pub mod port;
 pub mod promtool;
 pub mod webdriver;
@@ -104,6 +105,18 @@ impl TestApp {
         let mut c = fast_config(env);
         c.server.data_dir = data_dir.path().to_path_buf();
         c.instances = members.iter().map(|(n, _)| instance(n, "fast", fleet.url(n))).collect();
+        tweak(&mut c);
+        Self::start(fleet, data_dir, c).await
+    }
+
+    /// [`TestApp::spawn_with`] with no fleet members, on an existing data
+    /// directory (one [`TestApp::keep_data_dir`] gave back).
+    pub async fn spawn_in(data_dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestApp {
+        let fleet = Fleet::start("127.0.0.1:0".parse().expect("addr"), vec![])
+            .await
+            .expect("fleet starts");
+        let mut c = fast_config(&BTreeMap::new());
+        c.server.data_dir = data_dir.path().to_path_buf();
         tweak(&mut c);
         Self::start(fleet, data_dir, c).await
     }

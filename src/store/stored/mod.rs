@@ -15,6 +15,8 @@ mod aimd;
 mod audit;
 mod instance;
 mod latest;
+mod secret;
+mod sink;
 mod task;
 mod values;
 
@@ -25,6 +27,7 @@ pub(crate) use aimd::StoredAimd;
 pub(crate) use audit::{StoredAudit, StoredAuditRef};
 pub(crate) use instance::StoredInstance;
 pub(crate) use latest::{StoredBody, StoredBodyRef, StoredValues, StoredValuesRef};
+pub(crate) use sink::StoredSink;
 pub(crate) use task::{StoredTask, StoredTaskRef};
 pub(crate) use values::{
     StoredOutboxEvent, StoredOutboxEventRef, StoredRollup, StoredSession, StoredSettings, StoredSettingsRef,

@@ -16,6 +16,8 @@ use super::super::tables::{self, HISTORY, INSTANCES, META, OUTBOX, SESSIONS, SET
 use super::super::{
     OutboxEvent, Rollup, SessionRow, SessionWrite, Store, StoreError, TokenInfo, TokenScope, UserRecord,
 };
+use super::instance::INSTANCE_SEALED_V2;
+use super::sink::SINK_SEALED_V2;
 use super::*;
 use crate::model::*;
 
@@ -123,6 +125,41 @@ fn instance_with(auth: Auth) -> InstanceConfig {
     }
 }
 
+/// The data key the sealed fixtures were made with.
+fn fixture_key() -> crate::secrets::DataKey {
+    crate::secrets::DataKey::from_bytes([9; crate::secrets::KEY_LEN])
+}
+
+/// Sealed as the store seals, with nonces from a seeded generator, so the
+/// bytes are fixed.
+fn encode_sealed_instance(i: &InstanceConfig) -> Result<Vec<u8>, StoreError> {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let s = StoredInstance::seal(i, Some(&fixture_key()), &mut rng).expect("seal");
+    codec::encode_stored(&s)
+}
+
+fn encode_sealed_sink(doc: &serde_json::Value) -> Result<Vec<u8>, StoreError> {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let s = StoredSink::seal(doc, Some(&fixture_key()), &mut rng).expect("seal");
+    codec::encode_stored(&s)
+}
+
+/// An instance whose URL holds a password.
+fn instance_with_url_password() -> InstanceConfig {
+    InstanceConfig::new("web-2", "http", "https://probe:pa%20ss@web-2.example:8443/health")
+}
+
+fn sink_doc() -> serde_json::Value {
+    serde_json::json!({
+        "url": "https://ship:hunter2@logs.example/ingest",
+        "headers": {"Authorization": "Bearer sink-token", "X-Scope": "lab"},
+        "batch_size": 500,
+        "gzip": true
+    })
+}
+
 /// An instance's JSON with one way to authenticate, and that way.
 type AuthFixture = (&'static [u8], fn() -> Auth);
 
@@ -150,6 +187,33 @@ const INSTANCE_AUTHS: [AuthFixture; 4] = [
         },
     ),
 ];
+
+const INSTANCE_V2: Fixture = Fixture {
+    version: INSTANCE_SEALED_V2,
+    json: br#"{"name":"pve-1","type":"proxmox_ve","url":"https://pve.example:8006/","timeout":"2s500ms","budget":"lab","labels":{"site":"lab-1"},"enabled":false,"auth":{"kind":"pve_token","user":"monitor@pve","token_id":"pollster","secret":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbU8EpOijeGbfpVnb3fuffskyNNaaVEY="},"tls_verify":false,"tls_fingerprint":"ab:cd","max_response_bytes":1048576,"shape":{"nodes":3}}"#,
+};
+
+const INSTANCE_URL_V2: Fixture = Fixture {
+    version: INSTANCE_SEALED_V2,
+    json: br#"{"name":"web-2","type":"http","url":"https://probe@web-2.example:8443/health","url_sealed":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbVRDs+q1NijKPFV7QfZsEfbToQ5SItFTq8du3OefS4dbc3WQtScnT68T/R3h7H6WHWotPxLx3SF3ZCNM8/GpSg==","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"none"},"tls_verify":true,"max_response_bytes":4194304}"#,
+};
+
+const INSTANCE_AUTHS_V2: [AuthFixture; 3] = [
+    (br#"{"name":"web-1","type":"http","url":"http://web-1/","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"bearer","token":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbUgHrGz0kmwAu0DPf0bzIxnJQ8g="},"tls_verify":true,"max_response_bytes":4194304}"#, || Auth::Bearer { token: "t0k".into() }),
+    (br#"{"name":"web-1","type":"http","url":"http://web-1/","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"header","name":"X-Key","value":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbUqfaO51WsP/+8Bnv1xdEpaQ"},"tls_verify":true,"max_response_bytes":4194304}"#, || Auth::Header {
+        name: "X-Key".into(),
+        value: "v".into(),
+    }),
+    (br#"{"name":"web-1","type":"http","url":"http://web-1/","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"basic","username":"u","password":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbUxO2OFh+by2mieICyP7t3tz"},"tls_verify":true,"max_response_bytes":4194304}"#, || Auth::Basic {
+        username: "u".into(),
+        password: "p".into(),
+    }),
+];
+
+const SINK_V2: Fixture = Fixture {
+    version: SINK_SEALED_V2,
+    json: br#"{"batch_size":500,"gzip":true,"headers":{"Authorization":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbX5SpuijfieWJUl/Duc5CvKYWLzN8jK/RNiVR8wEQkWAVQ==","X-Scope":"AdMlZDcXNfMsVHQ9xeJNKkE7FZWEwSJt9rvGWoDfYB0z0Bx6dysvWictKgE="},"url":"https://ship@logs.example/ingest","url_sealed":"AezPxMqozXtjx8tW/2bNYLWms7McHD81hVGlF9lo1wXlG2nz3kGoPexF7MP3sd6AVHY+hLa5hUp1kIQNyTszVEj8qmYm4W+BGiV1lWpiPEom"}"#,
+};
 
 const SETTINGS_DOC: Fixture = Fixture {
     version: FORMAT_JSON_V1,
@@ -397,14 +461,18 @@ where
 
 #[test]
 fn every_value_decodes_from_and_encodes_to_todays_bytes() {
-    use super::super::records::{decode_instance, decode_task, encode_instance, encode_task};
+    use super::super::records::{decode_instance, decode_instance_with, decode_sink, decode_task, encode_task};
     check("task", &TASK, &task(), encode_task, |b| {
         decode_task(b"pve-1\0nodes", b).map(|(_, r)| r)
     });
     check("fresh task", &TASK_FRESH, &task_fresh(), encode_task, |b| {
         decode_task(b"web-1\0probe", b).map(|(_, r)| r)
     });
-    check("instance", &INSTANCE, &instance(), encode_instance, |b| {
+    // Format 1 (credentials in plaintext, as older releases wrote them)
+    // still reads; it is never written again outside a backup.
+    let v1 = |b: &[u8]| codec::decode_stored::<StoredInstance>("instances", b"k", b);
+    let plain = |i: &InstanceConfig| codec::encode_stored_version(FORMAT_JSON_V1, &StoredInstance::plain(i));
+    check("instance format 1", &INSTANCE, &instance(), plain, |b| {
         decode_instance(b"pve-1", b)
     });
     for (json, auth) in INSTANCE_AUTHS {
@@ -412,14 +480,46 @@ fn every_value_decodes_from_and_encodes_to_todays_bytes() {
             version: FORMAT_JSON_V1,
             json,
         };
+        check("instance auth format 1", &fixture, &instance_with(auth()), plain, |b| {
+            decode_instance(b"web-1", b)
+        });
+        assert!(v1(&fixture.bytes()).is_ok());
+    }
+    // Format 2: sealed.
+    let sealed = |name: &'static [u8]| move |b: &[u8]| decode_instance_with(name, b, Some(&fixture_key()));
+    check(
+        "sealed instance",
+        &INSTANCE_V2,
+        &instance(),
+        encode_sealed_instance,
+        sealed(b"pve-1"),
+    );
+    check(
+        "sealed URL password",
+        &INSTANCE_URL_V2,
+        &instance_with_url_password(),
+        encode_sealed_instance,
+        sealed(b"web-2"),
+    );
+    for (json, auth) in INSTANCE_AUTHS_V2 {
+        let fixture = Fixture {
+            version: INSTANCE_SEALED_V2,
+            json,
+        };
         check(
-            "instance auth",
+            "sealed instance auth",
             &fixture,
             &instance_with(auth()),
-            encode_instance,
-            |b| decode_instance(b"web-1", b),
+            encode_sealed_instance,
+            sealed(b"web-1"),
         );
     }
+    check("sealed sink", &SINK_V2, &sink_doc(), encode_sealed_sink, |b| {
+        decode_sink(b, Some(&fixture_key()))
+    });
+    // The plain sink document of older releases still reads.
+    let old_sink = codec::encode("settings", &sink_doc()).expect("v1");
+    assert_eq!(decode_sink(&old_sink, None).expect("v1 sink"), sink_doc());
     check(
         "settings",
         &SETTINGS_DOC,
@@ -575,8 +675,12 @@ fn a_file_with_todays_bytes_reads_through_the_store_and_is_written_back_the_same
     put_raw(&store, META, b"outbox_next_seq", &META_NUMBER_TWO);
     drop(store);
 
-    // Reopened as a release would open an existing file.
-    let store = Store::open(dir.path()).expect("reopen");
+    // Reopened as a release would open an existing file (the server opens
+    // it with its data key, which seals the plaintext credentials).
+    let store = Store::open_with_key(dir.path(), fixture_key()).expect("reopen");
+    let sealed = get_raw(&store, INSTANCES, b"pve-1");
+    assert_eq!(sealed[0], INSTANCE_SEALED_V2, "sealed at open");
+    assert!(!sealed.windows(6).any(|w| w == b"s3cret"));
     let (tasks, bad) = store.load_tasks().expect("tasks");
     assert!(bad.is_empty(), "{bad:?}");
     assert_eq!(tasks, vec![(TaskKey::new("pve-1", "nodes"), task())]);
@@ -612,7 +716,10 @@ fn a_file_with_todays_bytes_reads_through_the_store_and_is_written_back_the_same
     store.delete_outbox(&[1]).expect("delete");
     store.append_outbox(&[outbox_event()]).expect("outbox");
     assert_eq!(get_raw(&store, TASKS, task_key), TASK.bytes());
-    assert_eq!(get_raw(&store, INSTANCES, b"pve-1"), INSTANCE.bytes());
+    // Sealed with a fresh nonce each time: the same value, not the same bytes.
+    let written = get_raw(&store, INSTANCES, b"pve-1");
+    assert_eq!(written[0], INSTANCE_SEALED_V2);
+    assert_ne!(written, sealed);
     assert_eq!(get_raw(&store, SETTINGS, b"monitoring"), SETTINGS_DOC.bytes());
     assert_eq!(get_raw(&store, USERS, b"admin"), USER.bytes());
     assert_eq!(get_raw(&store, SESSIONS, b"s"), SESSION.bytes());

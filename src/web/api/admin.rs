@@ -1,53 +1,63 @@
-//! `GET /api/admin/backup`: a consistent copy of the database, taken in one
-//! read transaction while the server keeps running.
+//! `POST /api/admin/backup`: a consistent copy of the database, taken in one
+//! read transaction while the server keeps running, encrypted under the
+//! passphrase in the request (an age file; see `crate::secrets::backup`).
+//! Inside, the credentials are in plaintext and sessions are left out: the
+//! passphrase is all a restore on another machine needs, and the data key
+//! never leaves this one.
 
-use crate::model::Timestamp;
+use crate::model::{FieldError, HIDDEN, Timestamp};
+use crate::secrets::backup::{self, MIN_PASSPHRASE_CHARS};
 use crate::web::AppState;
-use crate::web::error::ApiError;
+use crate::web::error::{ApiError, ErrorBody, FieldErrorBody, JsonBody};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use std::sync::atomic::{AtomicU64, Ordering};
+use serde::Deserialize;
 
-/// The backup: a redb database file.
+/// The backup: an age file (scrypt recipient) holding a redb database file.
 #[derive(utoipa::ToSchema)]
 #[schema(value_type = String, format = Binary)]
-pub struct RedbFile(pub Vec<u8>);
+pub struct AgeFile(pub Vec<u8>);
 
-/// Numbers the temporary copies, so backups asked for at the same moment
-/// never share (and corrupt) one file.
-static BACKUP_SEQ: AtomicU64 = AtomicU64::new(0);
+/// What to encrypt the backup with.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackupRequest {
+    /// At least 12 characters. The backup opens with it alone (`pollster
+    /// admin restore`, `age -d`, pyrage); keep it apart from the backup.
+    #[schema(min_length = 12)]
+    pub passphrase: String,
+}
 
 #[utoipa::path(
-    get,
+    post,
     path = "/api/admin/backup",
     operation_id = "backup",
-    summary = "Consistent copy of the database",
-    responses((status = 200, description = "redb file", content_type = "application/octet-stream", body = inline(RedbFile))),
+    summary = "Consistent copy of the database, encrypted with a passphrase (an age file)",
+    request_body(content = BackupRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "age file (scrypt) holding the redb file", content_type = "application/octet-stream", body = inline(AgeFile)),
+        (status = 400, description = "not JSON", body = ErrorBody),
+        (status = 422, description = "passphrase missing or shorter than 12 characters (field `passphrase`)", body = FieldErrorBody),
+    ),
 )]
-pub async fn backup(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let dir = app
-        .engine
-        .store()
-        .path()
-        .parent()
-        .map(|p| p.to_path_buf())
-        .unwrap_or_default();
+pub async fn backup(State(app): State<AppState>, JsonBody(req): JsonBody<BackupRequest>) -> Result<Response, ApiError> {
+    if backup::check_passphrase(&req.passphrase).is_err() {
+        return Err(ApiError::invalid(FieldError::new(
+            "passphrase",
+            HIDDEN,
+            format!("must be at least {MIN_PASSPHRASE_CHARS} characters long"),
+        )));
+    }
     let stamp = Timestamp::now();
-    let seq = BACKUP_SEQ.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(".backup-{}-{}-{seq}.redb", std::process::id(), stamp.0));
-    let path = tmp.clone();
-    let bytes = app
-        .with_store(move |store| -> Result<Vec<u8>, ApiError> {
-            store.backup_to(&path)?;
-            let data = std::fs::read(&path).map_err(ApiError::internal);
-            let _ = std::fs::remove_file(&path);
-            data
-        })
-        .await?;
+    let plain = app.with_store(|store| store.backup_bytes()).await?;
+    let file = tokio::task::spawn_blocking(move || backup::encrypt(&plain, &req.passphrase))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
     let name = format!(
-        "pollster-{}.redb",
+        "pollster-{}.redb.age",
         stamp.to_rfc3339().replace([':', '-'], "").trim_end_matches('Z')
     );
     Ok((
@@ -56,7 +66,7 @@ pub async fn backup(State(app): State<AppState>) -> Result<Response, ApiError> {
             (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
             (header::CACHE_CONTROL, "no-store".to_string()),
         ],
-        Body::from(bytes),
+        Body::from(file),
     )
         .into_response())
 }

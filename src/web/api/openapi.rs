@@ -730,9 +730,14 @@ mod tests {
         }
         let put_budget = &doc["paths"]["/api/budgets/{name}"]["put"]["parameters"][0];
         assert_eq!(put_budget["schema"]["$ref"], "#/components/schemas/Name");
-        let backup = &doc["paths"]["/api/admin/backup"]["get"]["responses"]["200"]["content"];
+        let backup = &doc["paths"]["/api/admin/backup"]["post"]["responses"]["200"]["content"];
         let file = &backup["application/octet-stream"]["schema"];
         assert_eq!((&file["type"], &file["format"]), (&json!("string"), &json!("binary")));
+        assert!(doc["paths"]["/api/admin/backup"].get("get").is_none(), "GET is gone");
+        let body = &doc["components"]["schemas"]["BackupRequest"];
+        assert_eq!(body["required"], json!(["passphrase"]), "{body}");
+        assert_eq!(body["properties"]["passphrase"]["minLength"], 12, "{body}");
+        assert_eq!(body["additionalProperties"], false, "{body}");
     }
 
     #[test]
