@@ -734,9 +734,27 @@ async fn with_the_sink_off_nothing_is_staged_and_the_outbox_is_cleared() {
     let store = outbox_store(&dir);
     commit_changes(&store, 0..2);
     let (sink, metrics) = started_with_outbox(None, &store);
-    assert!(sink.stage(&ev(9)).is_none());
     eventually("the outbox cleared", || store.outbox_len().expect("len") == 0).await;
     eventually("the count", || metrics.events("dropped_queue") == 2).await;
+    // An operator action is staged for the audit trail alone; nothing else is.
+    let audit_only = sink.stage(&ev(9)).expect("an audit row");
+    assert!(!audit_only.deliver && audit_only.audit.is_some());
+    store.append_outbox(&[audit_only]).expect("append");
+    assert_eq!(store.outbox_len().expect("len"), 0, "not for the sink");
+    assert_eq!(store.audit_len().expect("len"), 1);
+    let breaker = Event::breaker(
+        Timestamp::now(),
+        crate::sink::event::BreakerEvent {
+            instance: "i".into(),
+            type_name: "t".into(),
+            group: "g".into(),
+            from: crate::model::BreakerState::Closed,
+            to: crate::model::BreakerState::Open,
+            failures: 3,
+            retry_at: None,
+        },
+    );
+    assert!(sink.stage(&breaker).is_none());
 
     // Turned on, then off again: what it held is cleared and counted.
     let rx = Receiver::start().await;
