@@ -948,6 +948,14 @@ async fn every_kind_of_action_is_audited_with_who_from_where_and_the_fields_but_
     assert!(older["entries"][0]["seq"].as_u64().expect("seq") < next);
     let (s, body) = app.send(reqwest::Method::GET, "/api/admin/audit?limit=0", None).await;
     assert_eq!((s, body["error"]["field"].as_str()), (422, Some("limit")));
+    let (s, body) = app
+        .send(
+            reqwest::Method::GET,
+            "/api/admin/audit?before=9223372036854775808",
+            None,
+        )
+        .await;
+    assert_eq!((s, body["error"]["field"].as_str()), (422, Some("before")));
     // Admin scope only.
     let (reader, _) = app
         .store()

@@ -22,7 +22,7 @@ pub struct AuditQuery {
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
     /// Only entries older than this one (the `next` of the previous page).
-    #[param(minimum = 1)]
+    #[param(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)]
     pub before: Option<u64>,
 }
 
@@ -120,11 +120,13 @@ pub async fn list(
             format!("must be between 1 and {MAX_LIMIT}"),
         )));
     }
-    if q.before == Some(0) {
+    if let Some(b) = q.before
+        && (b == 0 || b > i64::MAX as u64)
+    {
         return Err(ApiError::invalid(crate::model::FieldError::new(
             "before",
-            0,
-            "must be at least 1",
+            b,
+            format!("must be between 1 and {}", i64::MAX),
         )));
     }
     let before = q.before;
