@@ -192,10 +192,11 @@ impl Latest {
     }
 
     pub(super) fn stop_waiting(&self, key: &TaskKey) {
-        let mut g = self.write();
-        if !g.waiting.is_empty() {
-            g.waiting.remove(key);
+        // Almost always nothing waits: a read lock tells, without a write.
+        if !self.read().waiting.contains_key(key) {
+            return;
         }
+        self.write().waiting.remove(key);
     }
 
     /// A group of `instance` gave `facts`: they are kept (added to, or
