@@ -23,6 +23,7 @@
 //! The run ends with the table per minute and the verdict on each goal.
 
 use clap::{Parser, ValueEnum};
+use pollster::fleet::sim::org::OrgBucket;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -46,14 +47,9 @@ const GROUPS: [(&str, u8, u64); 4] = [
     ("health", 3, 6),
     ("inventory", 4, 15),
 ];
-/// The org's bucket, in thousandths of a request.
-const ORG_RATE_PER_MS: i64 = 10; // 10 rps
-const ORG_BURST: i64 = 10_000; // 10 requests
-const REQUEST: i64 = 1_000;
-/// When, in scenario A, the other integration empties the whole bucket, and
-/// for how long it keeps it empty.
+/// When, in scenario A, the other integration empties the whole bucket (for
+/// `org::DRAIN_MS`).
 const DRAIN_AT_MS: u64 = 120_000;
-const DRAIN_MS: u64 = 500;
 /// 429s in this window after a (re)start are the start's own.
 const COLD_START_MS: u64 = 10_000;
 /// Stale: unpolled for longer than max(3 × the interval, this).
@@ -203,56 +199,6 @@ struct Call {
     limited: bool,
 }
 
-/// The org's token bucket and the other integration's use of it, played
-/// lazily up to the time of each of Pollster's requests (the bucket is a
-/// function of time, so this is the same as playing it as it happens). The
-/// same rules as `tests/scheduling.rs`.
-#[derive(Debug)]
-struct Bucket {
-    tokens: i64,
-    at_ms: u64,
-    next_other_ms: u64,
-    /// When the other integration empties the whole bucket once (scenario A),
-    /// for [`DRAIN_MS`], every 10 ms.
-    drain_at_ms: Option<u64>,
-    draining: u64,
-}
-
-impl Bucket {
-    fn refill(&mut self, to_ms: u64) {
-        if to_ms > self.at_ms {
-            self.tokens = (self.tokens + (to_ms - self.at_ms) as i64 * ORG_RATE_PER_MS).min(ORG_BURST);
-            self.at_ms = to_ms;
-        }
-    }
-
-    /// Run the other integration's requests up to `to_ms`, then refill.
-    fn advance(&mut self, to_ms: u64, other_period_ms: u64) {
-        loop {
-            let next = match self.drain_at_ms {
-                Some(d) if d < self.next_other_ms => d,
-                _ => self.next_other_ms,
-            };
-            if next > to_ms {
-                break;
-            }
-            self.refill(next);
-            if self.drain_at_ms == Some(next) {
-                // For DRAIN_MS the other integration takes every token.
-                self.tokens = 0;
-                self.drain_at_ms = (self.draining < DRAIN_MS).then_some(next + 10);
-                self.draining += 10;
-            } else {
-                if self.tokens >= REQUEST {
-                    self.tokens -= REQUEST;
-                }
-                self.next_other_ms += other_period_ms;
-            }
-        }
-        self.refill(to_ms);
-    }
-}
-
 /// A `pool` event the sink received.
 #[derive(Debug, Clone)]
 struct PoolEvent {
@@ -264,8 +210,7 @@ struct PoolEvent {
 /// The fake org API: its bucket, what it answered, and the sink's events.
 struct OrgApi {
     origin: Mutex<Instant>,
-    other_period_ms: u64,
-    bucket: Mutex<Bucket>,
+    bucket: Mutex<OrgBucket>,
     calls: Mutex<Vec<Call>>,
     events: Mutex<Vec<PoolEvent>>,
     /// A counter in the bodies that change at every poll.
@@ -276,14 +221,7 @@ impl OrgApi {
     fn new(origin: Instant, other_rps: u64, drain_at_ms: Option<u64>) -> Arc<OrgApi> {
         Arc::new(OrgApi {
             origin: Mutex::new(origin),
-            other_period_ms: 1000 / other_rps,
-            bucket: Mutex::new(Bucket {
-                tokens: ORG_BURST,
-                at_ms: 0,
-                next_other_ms: 0,
-                drain_at_ms,
-                draining: 0,
-            }),
+            bucket: Mutex::new(OrgBucket::new(other_rps, drain_at_ms)),
             calls: Mutex::new(Vec::new()),
             events: Mutex::new(Vec::new()),
             changes: AtomicU64::new(1_000),
@@ -310,14 +248,7 @@ impl OrgApi {
     /// Take a token for one request at `at_ms`: false when the bucket is
     /// empty (a 429).
     fn admit(&self, at_ms: u64) -> bool {
-        let mut b = lock(&self.bucket);
-        b.advance(at_ms, self.other_period_ms);
-        if b.tokens >= REQUEST {
-            b.tokens -= REQUEST;
-            true
-        } else {
-            false
-        }
+        lock(&self.bucket).admit(at_ms)
     }
 
     /// A group's answer. Status changes at every poll during an incident

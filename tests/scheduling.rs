@@ -23,6 +23,7 @@ use pollster::app::Application;
 use pollster::config::{self, SinkConfig};
 use pollster::engine::EngineHandle;
 use pollster::engine::ports::{Fetch, Ports};
+use pollster::fleet::sim::org::OrgBucket;
 use pollster::model::{
     BaseUrl, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
     Profile, Timestamp, TypeDef,
@@ -47,13 +48,6 @@ const GROUPS: [(&str, u8, u64); 4] = [
     ("health", 3, 6),
     ("inventory", 4, 15),
 ];
-/// The org's bucket, in thousandths of a request.
-const ORG_RATE_PER_MS: i64 = 10; // 10 rps
-const ORG_BURST: i64 = 10_000; // 10 requests
-const REQUEST: i64 = 1_000;
-/// How long the other integration's one burst in scenario A keeps the
-/// org's bucket empty.
-const DRAIN_MS: u64 = 500;
 
 /// One request the org API answered.
 #[derive(Debug, Clone)]
@@ -65,58 +59,11 @@ struct Call {
     limited: bool,
 }
 
-#[derive(Debug)]
-struct Bucket {
-    tokens: i64,
-    at_ms: u64,
-    next_other_ms: u64,
-    /// When the other integration empties the whole bucket once (scenario A),
-    /// for [`DRAIN_MS`], every 10 ms.
-    drain_at_ms: Option<u64>,
-    draining: u64,
-}
-
-impl Bucket {
-    fn refill(&mut self, to_ms: u64) {
-        if to_ms > self.at_ms {
-            self.tokens = (self.tokens + (to_ms - self.at_ms) as i64 * ORG_RATE_PER_MS).min(ORG_BURST);
-            self.at_ms = to_ms;
-        }
-    }
-
-    /// Run the other integration's requests up to `to_ms`, then refill.
-    fn advance(&mut self, to_ms: u64, other_period_ms: u64) {
-        loop {
-            let next = match self.drain_at_ms {
-                Some(d) if d < self.next_other_ms => d,
-                _ => self.next_other_ms,
-            };
-            if next > to_ms {
-                break;
-            }
-            self.refill(next);
-            if self.drain_at_ms == Some(next) {
-                // For DRAIN_MS the other integration takes every token.
-                self.tokens = 0;
-                self.drain_at_ms = (self.draining < DRAIN_MS).then_some(next + 10);
-                self.draining += 10;
-            } else {
-                if self.tokens >= REQUEST {
-                    self.tokens -= REQUEST;
-                }
-                self.next_other_ms += other_period_ms;
-            }
-        }
-        self.refill(to_ms);
-    }
-}
-
 /// The fake org API: one token bucket shared with another integration,
 /// modelled on tokio's clock (its requests are played when Pollster asks).
 struct OrgApi {
     origin: Instant,
-    other_period_ms: u64,
-    bucket: Mutex<Bucket>,
+    bucket: Mutex<OrgBucket>,
     calls: Mutex<Vec<Call>>,
     changes: AtomicU64,
 }
@@ -125,14 +72,7 @@ impl OrgApi {
     fn new(origin: Instant, other_rps: u64, drain_at: Option<Duration>) -> Arc<OrgApi> {
         Arc::new(OrgApi {
             origin,
-            other_period_ms: 1000 / other_rps,
-            bucket: Mutex::new(Bucket {
-                tokens: ORG_BURST,
-                at_ms: 0,
-                next_other_ms: 0,
-                drain_at_ms: drain_at.map(|d| d.as_millis() as u64),
-                draining: 0,
-            }),
+            bucket: Mutex::new(OrgBucket::new(other_rps, drain_at.map(|d| d.as_millis() as u64))),
             calls: Mutex::new(Vec::new()),
             changes: AtomicU64::new(1_000),
         })
@@ -153,16 +93,7 @@ impl Fetch for OrgApi {
         _items: &[String],
     ) -> PollResult {
         let at_ms = (Instant::now() - self.origin).as_millis() as u64;
-        let limited = {
-            let mut b = self.bucket.lock().expect("lock");
-            b.advance(at_ms, self.other_period_ms);
-            if b.tokens >= REQUEST {
-                b.tokens -= REQUEST;
-                false
-            } else {
-                true
-            }
-        };
+        let limited = { !self.bucket.lock().expect("lock").admit(at_ms) };
         self.calls.lock().expect("lock").push(Call {
             instance: instance.name.to_string(),
             group: group.name.clone(),

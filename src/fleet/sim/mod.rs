@@ -8,6 +8,7 @@
 //! every body exactly for a given tick.
 
 pub mod meraki;
+pub mod org;
 pub mod pbs;
 pub mod pmg;
 pub mod pve;
