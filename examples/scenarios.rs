@@ -23,7 +23,7 @@
 //! The run ends with the table per minute and the verdict on each goal.
 
 use clap::{Parser, ValueEnum};
-use pollster::fleet::sim::org::OrgBucket;
+use pollster::fleet::sim::org::{GROUPS, INSTANCES, OrgBucket, POOL, SHARE_RPS};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -35,18 +35,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const POOL: &str = "org";
-const INSTANCES: usize = 18;
-/// The pool's share of the org's rate: 10 rps × 0.8.
-const SHARE_RPS: f64 = 8.0;
-/// `(group, priority, floor in seconds)`: at the floors, 18 × (1/5 + 1/30 +
-/// 1/6 + 1/15) = 8.4 rps, 150 % of the plan target (8 rps × 0.7).
-const GROUPS: [(&str, u8, u64); 4] = [
-    ("status", 1, 5),
-    ("devices", 2, 30),
-    ("health", 3, 6),
-    ("inventory", 4, 15),
-];
 /// When, in scenario A, the other integration empties the whole bucket (for
 /// `org::DRAIN_MS`).
 const DRAIN_AT_MS: u64 = 120_000;

@@ -361,9 +361,8 @@ impl Application {
     /// Serve until `shutdown` completes, then stop dispatching, let polls in
     /// flight finish (or abandon them after a bound) and flush state.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
-        let mut web_state =
+        let web_state =
             web::WebState::new(self.proxies.clone(), self.setup_code.clone()).with_posture(self.posture.clone());
-        web_state.https = self.tls.api.is_some();
         let state = AppState::new(self.engine.handle(), web_state);
         let tls_config = |certs: &Option<Arc<crate::tls::CertStore>>| {
             certs

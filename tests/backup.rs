@@ -20,24 +20,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_pollster");
 const WAIT: Duration = Duration::from_secs(20);
 const TOKEN: &str = "tok-in-the-backup-42";
 const PASS: &str = "correct horse battery staple";
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("POLLSTER_SECRET_KEY_FILE")
-        .output()
-        .expect("binary runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    common::run_pollster(args)
 }
 
 fn in_ci() -> bool {

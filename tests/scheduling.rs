@@ -23,7 +23,7 @@ use pollster::app::Application;
 use pollster::config::{self, SinkConfig};
 use pollster::engine::EngineHandle;
 use pollster::engine::ports::{Fetch, Ports};
-use pollster::fleet::sim::org::OrgBucket;
+use pollster::fleet::sim::org::{GROUPS, INSTANCES, OrgBucket, POOL, SHARE_RPS};
 use pollster::model::{
     BaseUrl, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
     Profile, Timestamp, TypeDef,
@@ -36,18 +36,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 const START: Timestamp = Timestamp(1_790_000_000_000);
-const POOL: &str = "org";
-const INSTANCES: usize = 18;
-/// The pool's share of the org's rate: 10 rps × 0.8.
-const SHARE_RPS: f64 = 8.0;
-/// `(group, priority, floor in seconds)`: at the floors, 18 × (1/5 + 1/30 +
-/// 1/6 + 1/15) = 8.4 rps, 150 % of the plan target (8 rps × 0.7).
-const GROUPS: [(&str, u8, u64); 4] = [
-    ("status", 1, 5),
-    ("devices", 2, 30),
-    ("health", 3, 6),
-    ("inventory", 4, 15),
-];
 
 /// One request the org API answered.
 #[derive(Debug, Clone)]

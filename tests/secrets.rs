@@ -10,10 +10,8 @@ use common::auth_target::AuthTarget;
 use reqwest::Method;
 use serde_json::json;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_pollster");
 const WAIT: Duration = Duration::from_secs(20);
 const TOKEN: &str = "tok-bearer-SECRET-1";
 /// Every secret the test configures; none may be in the file.
@@ -28,18 +26,7 @@ const SECRETS: [&str; 7] = [
 ];
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("POLLSTER_SECRET_KEY_FILE")
-        .output()
-        .expect("binary runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    common::run_pollster(args)
 }
 
 fn assert_no_secret_in(dir: &Path) {

@@ -28,22 +28,20 @@ fn token_principal(info: TokenInfo) -> Principal {
     }
 }
 
-/// What a `read` token may not do: change anything, or take the backup
-/// (it holds every instance's credentials).
+/// What a `read` token may not do: change anything, take the backup (it
+/// holds every instance's credentials), or read the audit trail.
 fn read_scope_refusal(req: &Request) -> Option<ApiError> {
     let path = req.uri().path();
-    if path == "/admin/audit" || path == "/api/admin/audit" {
+    let admin_only = match path.strip_prefix("/api").unwrap_or(path) {
+        "/admin/audit" => Some("read the audit trail"),
+        "/admin/backup" => Some("download the backup"),
+        _ => None,
+    };
+    if let Some(what) = admin_only {
         return Some(ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            "a read token cannot read the audit trail; use an admin token",
-        ));
-    }
-    if path == "/admin/backup" || path == "/api/admin/backup" {
-        return Some(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "a read token cannot download the backup; use an admin token",
+            format!("a read token cannot {what}; use an admin token"),
         ));
     }
     if !session::is_safe(req.method()) {

@@ -56,9 +56,6 @@ pub struct WebState {
     pub setup_lock: tokio::sync::Mutex<()>,
     /// What the server was started with, for the Security page.
     pub posture: posture::Posture,
-    /// The UI/API listener serves HTTPS itself: cookies are `Secure` and
-    /// answers carry `Strict-Transport-Security`.
-    pub https: bool,
 }
 
 impl Default for WebState {
@@ -73,7 +70,6 @@ impl Default for WebState {
             admin_known: Default::default(),
             setup_lock: Default::default(),
             posture: Default::default(),
-            https: false,
         }
     }
 }
@@ -338,7 +334,7 @@ async fn security_headers(
     if !cacheable {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    if app.web.https {
+    if app.web.posture.ui_tls {
         h.insert(
             header::STRICT_TRANSPORT_SECURITY,
             HeaderValue::from_static("max-age=31536000"),
@@ -368,7 +364,7 @@ async fn secure_cookie(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let peer = peer_ip(&req);
-    let https = app.web.https
+    let https = app.web.posture.ui_tls
         || peer.is_some_and(|p| app.web.trusted_proxy(p))
             && req
                 .headers()

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 /// What the server was started with, as far as the protections go.
 #[derive(Debug, Clone, Default)]
 pub struct Posture {
-    /// The UI and API listener serves HTTPS.
+    /// The UI and API listener serves HTTPS itself: cookies are `Secure`
+    /// and answers carry `Strict-Transport-Security`.
     pub ui_tls: bool,
     /// The metrics listener serves HTTPS.
     pub metrics_tls: bool,

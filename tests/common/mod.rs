@@ -285,3 +285,21 @@ pub fn dead_letter<'a>(h: &'a Value, instance: &str) -> Option<&'a Value> {
 pub fn staleness<'a>(h: &'a Value, instance: &str) -> Option<&'a Value> {
     h["staleness"].as_array()?.iter().find(|b| b["instance"] == instance)
 }
+
+/// The `pollster` binary run with `args` (no `RUST_LOG`, no
+/// `POLLSTER_SECRET_KEY_FILE` from the caller): its exit code, and its
+/// standard output followed by its standard error.
+pub fn run_pollster(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pollster"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("POLLSTER_SECRET_KEY_FILE")
+        .output()
+        .expect("binary runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}

@@ -11,6 +11,21 @@
 //! time, so this is the same as playing them as they happen. Pure: times
 //! are milliseconds since the run's start, given by the caller.
 
+/// The budget pool of the scenarios' Pollster.
+pub const POOL: &str = "org";
+/// Instances of the four-group type.
+pub const INSTANCES: usize = 18;
+/// The pool's share of the org's rate: 10 rps × 0.8.
+pub const SHARE_RPS: f64 = 8.0;
+/// `(group, priority, floor in seconds)`: at the floors, 18 × (1/5 + 1/30 +
+/// 1/6 + 1/15) = 8.4 rps, 150 % of the plan target (8 rps × 0.7).
+pub const GROUPS: [(&str, u8, u64); 4] = [
+    ("status", 1, 5),
+    ("devices", 2, 30),
+    ("health", 3, 6),
+    ("inventory", 4, 15),
+];
+
 /// The org's rate, in thousandths of a request per millisecond: 10 rps.
 pub const ORG_RATE_PER_MS: i64 = 10;
 /// The org's burst: 10 requests.

@@ -30,6 +30,9 @@ pub struct BackupRequest {
     pub passphrase: String,
 }
 
+/// Backups made at once (see [`backup`]).
+static BACKUP_TURN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 #[utoipa::path(
     post,
     path = "/api/admin/backup",
@@ -50,6 +53,9 @@ pub async fn backup(State(app): State<AppState>, JsonBody(req): JsonBody<BackupR
             format!("must be at least {MIN_PASSPHRASE_CHARS} characters long"),
         )));
     }
+    // One backup at a time: each holds the whole database twice in memory
+    // and scrypt's working memory (age tunes it to about a second of CPU).
+    let _turn = BACKUP_TURN.acquire().await.map_err(ApiError::internal)?;
     let stamp = Timestamp::now();
     let plain = app.with_store(|store| store.backup_bytes()).await?;
     let file = tokio::task::spawn_blocking(move || backup::encrypt(&plain, &req.passphrase))
