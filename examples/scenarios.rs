@@ -1,5 +1,5 @@
 //! Scheduling quality against a rate-limited org API (issue #16), in real
-//! time: `tests/scheduling.rs`'s scenarios with the release binary as a
+//! time: `tests/it/scheduling.rs`'s scenarios with the release binary as a
 //! separate process, so a restart can be a real SIGKILL. Results and how to
 //! read them: docs/BENCHMARKS.md, section 9.
 //!

@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 pub mod auth_target;
-pub mod port;
+pub mod paused;
+// The port helper is the torture harness's (it is also built into examples/torture.rs).
+pub(crate) use crate::torture::port;
 pub mod promtool;
 pub mod webdriver;
 

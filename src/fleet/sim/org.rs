@@ -1,6 +1,6 @@
 //! A rate-limited organization API's token bucket, shared with another
 //! integration: issue #16's scenarios, played by the engine tests
-//! (`tests/scheduling.rs`, on paused time) and the benchmark harness
+//! (`tests/it/scheduling.rs`, on paused time) and the benchmark harness
 //! (`examples/scenarios.rs`, in real time) with the same rules.
 //!
 //! One bucket of 10 requests a second with a burst of 10, counted in

@@ -1,6 +1,6 @@
 //! Crash torture: the real `pollster` binary polls a `pollster-fleet` process
 //! full of failing targets and is killed with SIGKILL at random points, many
-//! times over, on the same data directory. Shared by `tests/torture.rs` (a few
+//! times over, on the same data directory. Shared by `tests/it/crash.rs` (a few
 //! kills in a debug build) and `examples/torture.rs` (hundreds, release).
 //!
 //! What one cycle does:

@@ -322,7 +322,7 @@ pub(crate) fn create_token(pollster: &Path, config: &Path, name: &str) -> Result
 }
 
 /// `pollster serve --config CONFIG`, its log appended to `log` (the
-/// change-event case of tests/torture.rs; the example has no use for it).
+/// change-event case of tests/it/crash.rs; the example has no use for it).
 #[allow(dead_code)]
 pub(crate) fn spawn_serve(pollster: &Path, config: &Path, log: &Path) -> Result<Child, String> {
     let file = File::options()

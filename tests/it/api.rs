@@ -1,7 +1,7 @@
 //! The JSON API: authentication on every route, instance validation, the
 //! OpenAPI document, backups, and the metrics listener.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pollster::fleet::Behaviour;

@@ -21,7 +21,7 @@
 //! one the exporter talks to, so their series for other nodes are the
 //! documented superset (docs/PARITY.md).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;

@@ -2,7 +2,7 @@
 //! open breakers and dead-letter entries than the dashboard has rows, it
 //! shows the first rows of the health API's lists, in the same order.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pollster::fleet::Behaviour;

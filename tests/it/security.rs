@@ -6,7 +6,7 @@
 //! open file modes, a password variable that undoes a change, and tokens
 //! that may do more than they need.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pollster::fleet::Behaviour;

@@ -3,7 +3,7 @@
 //! (secrets write-only, live apply, stored across restarts), the test event,
 //! the sink metrics, and change events that outlive a restart.
 
-mod common;
+use crate::common;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};

@@ -17,16 +17,15 @@
 //!   loopback as change events, also when the receiver was down until after
 //!   a restart.
 
+use crate::common::paused::{self, Engine, START};
 use axum::extract::State;
 use axum::http::StatusCode;
-use pollster::app::Application;
-use pollster::config::{self, SinkConfig};
-use pollster::engine::EngineHandle;
-use pollster::engine::ports::{Fetch, Ports};
+use pollster::config::SinkConfig;
+use pollster::engine::ports::Fetch;
 use pollster::fleet::sim::org::{GROUPS, INSTANCES, OrgBucket, POOL, SHARE_RPS};
 use pollster::model::{
     BaseUrl, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult, PollSuccess,
-    Profile, Timestamp, TypeDef,
+    Profile, TypeDef,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -34,8 +33,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
-
-const START: Timestamp = Timestamp(1_790_000_000_000);
 
 /// One request the org API answered.
 #[derive(Debug, Clone)]
@@ -112,26 +109,19 @@ impl Fetch for OrgApi {
     }
 }
 
-/// The appliance on paused time; stopped with [`Engine::stop`].
-struct Engine {
-    shared: EngineHandle,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<()>>,
-}
-
+/// The suite's engines: the org's pool of 18 instances.
 impl Engine {
-    async fn start(dir: &std::path::Path, origin: Instant, api: Arc<OrgApi>) -> Engine {
-        Engine::start_with_sink(dir, origin, api, None).await
+    async fn org(dir: &std::path::Path, origin: Instant, api: Arc<OrgApi>) -> Engine {
+        Engine::org_with_sink(dir, origin, api, None).await
     }
 
-    async fn start_with_sink(
+    async fn org_with_sink(
         dir: &std::path::Path,
         origin: Instant,
         api: Arc<OrgApi>,
         sink: Option<SinkConfig>,
     ) -> Engine {
-        let mut c = config::load(None, &BTreeMap::new()).expect("defaults");
-        c.server.data_dir = dir.to_path_buf();
+        let mut c = paused::config(dir);
         c.sink = sink;
         c.monitoring_file.scheduler.profile = Some(Profile::Full);
         c.types.push(TypeDef {
@@ -155,35 +145,7 @@ impl Engine {
                 ..InstanceConfig::new(&format!("net-{i:02}"), "net", "http://org.invalid/")
             })
             .collect();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let ports = Ports::paused(START.plus(Instant::now() - origin), 7, api);
-        let app = Application::build_with_ports(c, listener, metrics, ports)
-            .await
-            .expect("app builds");
-        let shared = app.engine();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            app.run_until_stopped(async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("runs");
-        });
-        Engine {
-            shared,
-            stop: Some(tx),
-            server: Some(server),
-        }
-    }
-
-    async fn stop(self) {
-        let Engine { shared, stop, server } = self;
-        drop(shared);
-        let _ = stop.map(|tx| tx.send(()));
-        if let Some(s) = server {
-            let _ = s.await;
-        }
+        Engine::serve(c, paused::ports(origin, api), origin).await
     }
 }
 
@@ -346,7 +308,7 @@ async fn a_lone_429_costs_no_priority_3_or_4_data_and_the_budget_comes_back() {
     // The other integration spends 2 rps, and at 2 minutes takes the whole
     // bucket for half a second.
     let api = OrgApi::new(origin, 2, Some(Duration::from_secs(120)));
-    let e = Engine::start(dir.path(), origin, api.clone()).await;
+    let e = Engine::org(dir.path(), origin, api.clone()).await;
     let samples = run(&e, origin, 9 * 60).await;
     e.stop().await;
     let f = figures(&api.calls(), 0, 9 * 60_000);
@@ -408,7 +370,7 @@ async fn under_sustained_overload_429s_stop_within_five_minutes_and_priority_1_a
     let dir = tempfile::tempdir().expect("tempdir");
     let origin = Instant::now();
     let api = OrgApi::new(origin, 6, None);
-    let e = Engine::start(dir.path(), origin, api.clone()).await;
+    let e = Engine::org(dir.path(), origin, api.clone()).await;
     let samples = run(&e, origin, 9 * 60).await;
     e.stop().await;
     dump(&api.calls());
@@ -448,12 +410,12 @@ async fn a_restart_under_sustained_overload_resumes_aimd_without_a_429_storm() {
     let dir = tempfile::tempdir().expect("tempdir");
     let origin = Instant::now();
     let api = OrgApi::new(origin, 6, None);
-    let e = Engine::start(dir.path(), origin, api.clone()).await;
+    let e = Engine::org(dir.path(), origin, api.clone()).await;
     run(&e, origin, 6 * 60).await;
     let before = e.shared.pool_effective_rps(POOL);
     e.stop().await;
     let restarted_ms = (Instant::now() - origin).as_millis() as u64;
-    let e = Engine::start(dir.path(), origin, api.clone()).await;
+    let e = Engine::org(dir.path(), origin, api.clone()).await;
     let after = e.shared.pool_effective_rps(POOL);
     let samples = run(&e, origin, 3 * 60).await;
     e.stop().await;
@@ -521,14 +483,14 @@ async fn pool_transitions_reach_a_receiver_that_was_down_across_a_restart() {
     // Scenario B for a minute: a lone 429, then a decrease that sheds health
     // and inventory. The receiver is down all along, and at the shutdown.
     let api = OrgApi::new(origin, 6, None);
-    let e = Engine::start_with_sink(dir.path(), origin, api.clone(), Some(sink.clone())).await;
+    let e = Engine::org_with_sink(dir.path(), origin, api.clone(), Some(sink.clone())).await;
     run(&e, origin, 60).await;
     e.stop().await;
     let restart = START.plus(Instant::now() - origin);
     assert!(receiver.pool_events().is_empty(), "the receiver was down");
     receiver.down.store(false, Ordering::SeqCst);
     // After the restart the outbox is read again and shipped.
-    let e = Engine::start_with_sink(dir.path(), origin, api, Some(sink)).await;
+    let e = Engine::org_with_sink(dir.path(), origin, api, Some(sink)).await;
     let before_restart = |ev: &serde_json::Value| {
         ev["time"]
             .as_str()

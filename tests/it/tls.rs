@@ -2,7 +2,7 @@
 //! appliance: a test CA signs the server's certificates, and every client
 //! trusts that CA alone.
 
-mod common;
+use crate::common;
 
 use pollster::app::Application;
 use pollster::store::TokenScope;

@@ -2,7 +2,7 @@
 //! once an admin exists, CSRF and origin checks, login throttling, session
 //! cookies and their survival across a restart, static assets.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pollster::fleet::Behaviour;

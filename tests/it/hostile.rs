@@ -7,7 +7,7 @@
 //! longer: with a small worker pool, a healthy instance polled alongside
 //! keeps its cadence the whole time.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pollster::fleet::Behaviour;

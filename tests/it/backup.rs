@@ -9,7 +9,7 @@
 //! `/opt/pyrage-venv/bin/python`), `age` on PATH; each is skipped with a
 //! note when missing, except under `CI=true` (.ci/run installs both).
 
-mod common;
+use crate::common;
 
 use common::TestApp;
 use common::auth_target::AuthTarget;

@@ -3,7 +3,7 @@
 //! missing or wrong data key is exit 2 with the file untouched, and after
 //! `pollster admin rotate-key` every instance still polls with its secret.
 
-mod common;
+use crate::common;
 
 use common::TestApp;
 use common::auth_target::AuthTarget;

@@ -4,7 +4,7 @@
 //! Pollster's own labels. Skipped when `prometheus` is not installed, except
 //! under `CI=true`, where that fails.
 
-mod common;
+use crate::common;
 
 use common::{TestApp, free_port, valued_type};
 use pollster::fleet::Behaviour;

@@ -4,7 +4,7 @@
 //! reading the plan of a budget pool and changing its budget.
 //! On failure, a screenshot of every page is saved under the target dir.
 
-mod common;
+use crate::common;
 
 use common::webdriver::{self, Browser};
 use common::*;

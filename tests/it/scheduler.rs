@@ -1,7 +1,9 @@
-//! The running appliance against simulated targets on loopback: the health
-//! JSON through every failure transition, operator actions, live settings.
+//! The running appliance against simulated targets on loopback, through its
+//! API: the health JSON's shape, operator actions, paging, live settings and
+//! a graceful shutdown. The failure rules themselves (backoff, breaker, dead
+//! letter, recheck) are proved on paused time in `engine`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pollster::fleet::Behaviour;
@@ -38,86 +40,6 @@ async fn health_has_the_documented_shape() {
     let s = staleness(&h, "ok-1").expect("staleness entry");
     assert_eq!(s["type"], "fast");
     assert!(s["score"].as_f64().is_some_and(|x| (0.0..=1.0).contains(&x)));
-    app.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn breaker_goes_closed_open_half_open_closed() {
-    // A hung target: each probe is in flight for the whole 500 ms timeout,
-    // which makes the half-open probe observable.
-    let app = TestApp::spawn(vec![("flaky", Behaviour::Hung)]).await;
-    let h = app
-        .wait_health(WAIT, "breaker to open", |h| {
-            breaker(h, "flaky").is_some_and(|b| b["state"] == "open")
-        })
-        .await;
-    let b = breaker(&h, "flaky").expect("breaker");
-    assert!(b["failures"].as_u64().is_some_and(|f| f >= 3), "{b}");
-    assert!(b["retryAt"].is_string());
-    assert_eq!(h["deadLetter"]["count"], 0);
-
-    app.wait_health(WAIT, "breaker to go half-open", |h| {
-        breaker(h, "flaky").is_some_and(|b| b["state"] == "half_open")
-    })
-    .await;
-
-    assert!(app.fleet.set("flaky", Behaviour::Healthy));
-    let h = app
-        .wait_health(WAIT, "breaker to close", |h| {
-            breaker(h, "flaky").is_none() && staleness(h, "flaky").is_some_and(|s| s["lastSuccess"].is_string())
-        })
-        .await;
-    assert_eq!(
-        h["deadLetter"]["count"], 0,
-        "recovered before the dead-letter threshold"
-    );
-    app.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_permanent_failure_dead_letters_at_once() {
-    let app = TestApp::spawn(vec![("locked-out", Behaviour::Unauthorized)]).await;
-    let h = app
-        .wait_health(WAIT, "dead-letter entry", |h| dead_letter(h, "locked-out").is_some())
-        .await;
-    let d = dead_letter(&h, "locked-out").expect("entry");
-    assert_eq!(d["failures"], 1);
-    assert_eq!(d["type"], "fast");
-    assert!(d["lastError"].as_str().is_some_and(|e| e.contains("401")), "{d}");
-    assert!(d["nextRun"].is_string());
-    assert_eq!(h["deadLetter"]["count"], 1);
-    let b = breaker(&h, "locked-out").expect("dead-lettered task's breaker is open");
-    assert_eq!(b["state"], "open");
-    assert_eq!(b["retryAt"], d["nextRun"], "retryAt is the recheck time");
-    assert_eq!(app.fleet.hits("locked-out"), 1, "no retries of a permanent failure");
-    app.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn five_transient_failures_dead_letter_and_a_recovery_leaves_at_recheck() {
-    let app = TestApp::spawn(vec![("broken", Behaviour::ServerError)]).await;
-    let h = app
-        .wait_health(WAIT, "dead-letter entry", |h| dead_letter(h, "broken").is_some())
-        .await;
-    let d = dead_letter(&h, "broken").expect("entry");
-    assert_eq!(d["failures"], 5);
-    assert_eq!(d["reason"], "max_retry_attempts");
-    assert_eq!(app.fleet.hits("broken"), 5);
-    let recheck = d["nextRun"].as_str().unwrap_or_default().to_string();
-
-    // Recovers, but stays dead-lettered until its recheck (1.5 s later).
-    app.fleet.set("broken", Behaviour::Healthy);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let h = app.health().await;
-    assert!(dead_letter(&h, "broken").is_some(), "left before its recheck: {h:#}");
-    assert_eq!(app.fleet.hits("broken"), 5);
-
-    let h = app
-        .wait_health(WAIT, "recovery at recheck", |h| h["deadLetter"]["count"] == 0)
-        .await;
-    assert!(breaker(&h, "broken").is_none());
-    assert!(staleness(&h, "broken").is_some_and(|s| s["lastSuccess"].is_string()));
-    assert!(!recheck.is_empty());
     app.stop().await;
 }
 
@@ -177,10 +99,9 @@ async fn operator_retry_and_discard() {
     let h = app.health().await;
     assert_eq!(h["deadLetter"]["count"], 0);
     assert!(staleness(&h, "b").is_none(), "a discarded task is not reported");
-    let hits = app.fleet.hits("b");
+    // That it is not polled is proved on paused time
+    // (engine::a_discarded_task_is_not_polled_until_it_is_enabled_again).
     app.fleet.set("b", Behaviour::Healthy);
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(app.fleet.hits("b"), hits, "a discarded task is not polled");
     let list = app.get_json("/api/monitoring/scheduler/dead-letter").await;
     assert_eq!(list["count"], 0);
 

@@ -6,14 +6,14 @@
 //! pause and AIMD, an operator's retry, and a cold start's spread; and,
 //! with a task store whose commits fail, that nothing uncommitted shows.
 
-use pollster::app::Application;
+use crate::common::paused::{self, Engine, START};
 use pollster::config;
 use pollster::core::scheduler::OperatorOp;
+use pollster::engine::EngineError;
 use pollster::engine::ports::{Fetch, Ports, TaskStore};
-use pollster::engine::{EngineError, EngineHandle};
 use pollster::model::{
     BaseUrl, BreakerState, BudgetConfig, ErrorCategory, ErrorKind, GroupDef, InstanceConfig, PollError, PollResult,
-    PollSuccess, Polled, TaskKey, TaskRecord, Timestamp, TypeDef,
+    PollSuccess, Polled, TaskKey, TaskRecord, TypeDef,
 };
 use pollster::store::{LoadedTasks, OutboxEvent, StoreError};
 use pollster::values::ValueRule;
@@ -158,18 +158,9 @@ impl TaskStore for FlakyTasks {
     }
 }
 
-const START: Timestamp = Timestamp(1_790_000_000_000);
 const INTERVAL: Duration = Duration::from_secs(10);
 
-/// The appliance on paused time; dropped, it stops.
-struct Engine {
-    shared: EngineHandle,
-    /// The instant the engine's clock reads [`START`] (tokio's clock).
-    origin: Instant,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<()>>,
-}
-
+/// The suite's engines: one scripted group, `probe`.
 impl Engine {
     /// `instances` of type `t` (one group, `probe`, every 10 s), failure
     /// rules: backoff 1 s doubling to 60 s without jitter, breaker after 3,
@@ -196,8 +187,7 @@ impl Engine {
         pool: Option<f64>,
         tasks: Option<Arc<dyn TaskStore>>,
     ) -> Engine {
-        let mut c = config::load(None, &BTreeMap::new()).expect("defaults");
-        c.server.data_dir = dir.to_path_buf();
+        let mut c = paused::config(dir);
         let m = &mut c.monitoring_file;
         m.adaptive.enabled = false;
         m.adaptive.min_interval = INTERVAL;
@@ -237,50 +227,9 @@ impl Engine {
             .collect();
         let ports = Ports {
             tasks,
-            ..Ports::paused(START.plus(Instant::now() - origin), 7, fetch)
+            ..paused::ports(origin, fetch)
         };
         Engine::serve(c, ports, origin).await
-    }
-
-    /// The appliance with `c` and `ports`, serving on loopback.
-    async fn serve(c: config::Config, ports: Ports, origin: Instant) -> Engine {
-        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let app = Application::build_with_ports(c, api, metrics, ports)
-            .await
-            .expect("app builds");
-        let shared = app.engine();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            app.run_until_stopped(async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("runs");
-        });
-        Engine {
-            shared,
-            origin,
-            stop: Some(tx),
-            server: Some(server),
-        }
-    }
-
-    async fn stop(self) {
-        let Engine {
-            shared, stop, server, ..
-        } = self;
-        // Let go of the database first: the server waits for every handle.
-        drop(shared);
-        let _ = stop.map(|tx| tx.send(()));
-        if let Some(s) = server {
-            let _ = s.await;
-        }
-    }
-
-    /// The engine's time at tokio instant `t`.
-    fn at(&self, t: Instant) -> Timestamp {
-        START.plus(t - self.origin)
     }
 
     fn record(&self, instance: &str) -> TaskRecord {
@@ -346,6 +295,38 @@ async fn a_permanent_failure_dead_letters_at_once_and_an_operator_retry_probes_n
     assert_eq!(calls.len(), 2, "the retry probed");
     assert!(calls[1] - asked < Duration::from_millis(100), "at once");
     assert!(e.record("locked-out").dead_letter.is_none());
+    e.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_discarded_task_is_not_polled_until_it_is_enabled_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fetch = Arc::new(Scripted::default());
+    fetch.set("gone", Answer::Unauthorized);
+    let e = Engine::start(dir.path(), Instant::now(), &["gone"], fetch.clone(), None).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(e.record("gone").dead_letter.is_some(), "dead-lettered by the 401");
+    let key = TaskKey::new("gone", "probe");
+    e.shared
+        .operator_action(&key, "test", OperatorOp::Discard)
+        .await
+        .expect("discard");
+    // Fixed, but discarded: an hour (two rechecks) passes without a poll.
+    fetch.set("gone", Answer::Ok);
+    let polled = fetch.calls_of("gone").len();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(fetch.calls_of("gone").len(), polled, "a discarded task is not polled");
+    assert!(e.record("gone").dead_letter.is_none(), "out of the queue");
+
+    let asked = Instant::now();
+    e.shared
+        .operator_action(&key, "test", OperatorOp::Enable)
+        .await
+        .expect("enable");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calls = fetch.calls_of("gone");
+    assert_eq!(calls.len(), polled + 1, "enabled, it is polled");
+    assert!(calls[polled] - asked < Duration::from_millis(100), "at once");
     e.stop().await;
 }
 

@@ -6,11 +6,7 @@
 //! change events queued for a receiver that is down or slow, and checks
 //! that every acknowledged operator action arrives afterwards, with an `id`.
 
-#[path = "common/torture/mod.rs"]
-mod torture;
-
-#[path = "common/torture/events.rs"]
-mod events;
+use crate::{events, torture};
 
 use std::path::PathBuf;
 

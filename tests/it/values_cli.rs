@@ -1,8 +1,7 @@
 //! `pollster values`: a group's value rules run offline on a saved body, the
 //! exact exposition printed, and the exit codes of what can go wrong.
 
-#[path = "common/promtool.rs"]
-mod promtool;
+use crate::common::promtool;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

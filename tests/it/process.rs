@@ -8,8 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "common/port.rs"]
-mod port;
+use crate::common::port;
 
 use port::free_port;
 

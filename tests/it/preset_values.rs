@@ -5,8 +5,7 @@
 //! is skipped, every metric gives samples, and `promtool check metrics`
 //! accepts the exposition.
 
-#[path = "common/promtool.rs"]
-mod promtool;
+use crate::common::promtool;
 
 use std::collections::BTreeMap;
 
