@@ -1,10 +1,9 @@
 //! What the layers above the engine (web, CLI, tests) may ask of it:
 //! commands that change state and copies that describe it, never a lock.
 //!
-//! Every method here takes the engine's locks itself, briefly and in the
-//! engine's order (budgets before the scheduler), and returns owned data,
-//! so no caller can hold a lock across an `.await` or take two in the wrong
-//! order. The dashboard, health API and metrics read [`super::snapshot`].
+//! Every method here takes the engine's locks itself, briefly (through
+//! [`super::Shared::budgets`] for the pools, the only way to them), and
+//! returns owned data, so no caller can hold a lock across an `.await`. The dashboard, health API and metrics read [`super::snapshot`].
 
 use super::settings::SettingsError;
 use super::snapshot::DeadLetterEntry;
@@ -177,55 +176,53 @@ impl Shared {
         if group.fan_out.is_none() {
             return Vec::new();
         }
-        let b = lock(&self.budgets);
-        plan::fan_out_items(instance, &b.shapes, group).to_vec()
+        self.budgets(|b, _| plan::fan_out_items(instance, &b.shapes, group).to_vec())
     }
 
     /// One pool's budget in force and planned instances.
     pub fn pool_budget(&self, pool: &str) -> PoolBudget {
-        let b = lock(&self.budgets);
-        PoolBudget {
+        self.budgets(|b, _| PoolBudget {
             effective_rps: b.effective_rps(pool),
             instances: b.plans.get(pool).map(|p| p.instances).unwrap_or(0),
-        }
+        })
     }
 
     /// Every pool's budget in force (AIMD applied), read at one moment.
     pub fn effective_budgets(&self) -> BTreeMap<String, f64> {
-        let b = lock(&self.budgets);
-        b.aimd.iter().map(|(name, a)| (name.clone(), a.effective())).collect()
+        self.budgets(|b, _| b.aimd.iter().map(|(name, a)| (name.clone(), a.effective())).collect())
     }
 
     /// Where each pool that AIMD holds below its budget stands at `now`.
     pub fn aimd_outlook(&self, now: Timestamp) -> BTreeMap<String, crate::core::aimd::Outlook> {
         let settings = super::budget::aimd_settings(&self.monitoring().scheduler);
-        let b = lock(&self.budgets);
-        b.aimd
-            .iter()
-            .filter_map(|(name, a)| {
-                let shedding = b.plans.get(name).is_some_and(|p| p.plan.groups.iter().any(|g| g.shed));
-                Some((name.clone(), a.outlook(now, &settings, shedding)?))
-            })
-            .collect()
+        self.budgets(|b, _| {
+            b.aimd
+                .iter()
+                .filter_map(|(name, a)| {
+                    let shedding = b.plans.get(name).is_some_and(|p| p.plan.groups.iter().any(|g| g.shed));
+                    Some((name.clone(), a.outlook(now, &settings, shedding)?))
+                })
+                .collect()
+        })
     }
 
     /// The plans, pauses and last attempts at `now`.
     pub fn plan_reading(&self, now: Timestamp) -> PlanReading {
         let cat = self.catalog();
         let settings = self.monitoring().scheduler;
-        let (pools, unbudgeted, solved_at) = {
-            let b = lock(&self.budgets);
+        let (pools, unbudgeted, solved_at) = self.budgets(|b, _| {
             let pools: Vec<(PoolStatus, f64)> = b
                 .plans
                 .values()
                 .map(|p| (p.clone(), b.effective_rps(&p.name)))
                 .collect();
             (pools, plan::unbudgeted(&cat, &b.shapes, &settings), b.solved_at)
-        };
+        });
         let mut paused_until = HashMap::new();
         let mut last_attempt: HashMap<GroupOfPool, Timestamp> = HashMap::new();
         {
-            let s = self.sched();
+            let c = self.core();
+            let s = &c.scheduler;
             for (p, _) in &pools {
                 if let Some(until) = s.pool_bucket(&p.name).and_then(|b| b.paused_until(now)) {
                     paused_until.insert(p.name.clone(), until);
@@ -253,8 +250,8 @@ impl Shared {
     /// One page of the dead-letter queue (oldest first), and the queue's
     /// length.
     pub fn dead_letter_page(&self, skip: usize, take: usize) -> (usize, Vec<DeadLetterEntry>) {
-        let s = self.sched();
-        let all = s.dead_letters();
+        let c = self.core();
+        let all = c.scheduler.dead_letters();
         let page = all
             .iter()
             .skip(skip)
@@ -266,8 +263,9 @@ impl Shared {
 
     /// The health of every task, for per-instance summaries.
     pub fn task_health(&self) -> Vec<TaskHealth> {
-        let s = self.sched();
-        s.tasks()
+        let c = self.core();
+        c.scheduler
+            .tasks()
             .map(|t| TaskHealth {
                 instance: t.key.instance.clone(),
                 disabled: t.rec.disabled,
@@ -313,12 +311,12 @@ impl Shared {
 
     /// A copy of one task's record, as the scheduler holds it now.
     pub fn task_record(&self, key: &TaskKey) -> Option<TaskRecord> {
-        self.sched().get(key).map(|t| t.rec.clone())
+        self.core().scheduler.get(key).map(|t| t.rec.clone())
     }
 
     /// Polls in flight now.
     pub fn in_flight(&self) -> usize {
-        self.sched().in_flight()
+        self.core().scheduler.in_flight()
     }
 
     /// Complete every task due at `now` at once, with the result `answer`
@@ -331,7 +329,8 @@ impl Shared {
         rng: &mut impl Rng,
         mut answer: impl FnMut(usize, &TaskKey) -> PollResult,
     ) -> usize {
-        let mut s = self.sched();
+        let mut c = self.core();
+        let s = &mut c.scheduler;
         let mut n = 0;
         while let Some(d) = s.pop_due(now) {
             let result = answer(n, &d.key);
@@ -345,7 +344,8 @@ impl Shared {
     /// the interval it is on; a key with no task (not placed yet, or
     /// removed) is left out. Copies, in the order of `keys`.
     pub fn tasks_of(&self, keys: &[TaskKey]) -> Vec<TaskView> {
-        let s = self.sched();
+        let c = self.core();
+        let s = &c.scheduler;
         keys.iter()
             .filter_map(|k| s.get(k))
             .map(|t| TaskView {

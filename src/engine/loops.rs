@@ -9,7 +9,10 @@ pub(super) async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver
         let now = shared.now();
         let mut batch = Vec::new();
         let wake_at = {
-            let mut s = shared.sched();
+            let mut c = shared.core();
+            let Core {
+                scheduler: s, staged, ..
+            } = &mut *c;
             let workers = s.settings().scheduler.workers;
             while s.in_flight() < workers {
                 let Some(d) = s.pop_due(now) else { break };
@@ -26,7 +29,7 @@ pub(super) async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver
                         retry_at: None,
                     };
                     if let Some(row) = shared.sink.stage(&Event::breaker(now, event)) {
-                        lock(&shared.staged).push(row);
+                        staged.push(row);
                     }
                 }
                 batch.push(d);
@@ -82,7 +85,7 @@ pub(super) async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver
 
 pub(super) async fn flush_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
-        let every = shared.sched().settings().scheduler.state_flush_interval;
+        let every = shared.core().scheduler.settings().scheduler.state_flush_interval;
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stop.changed() => return,
@@ -118,26 +121,25 @@ pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<
             _ = stop.changed() => return,
         }
         let now = shared.now();
-        let settings = shared.sched().settings().scheduler.clone();
-        let (changed, resolve, solved_at, events) = {
-            let mut b = lock(&shared.budgets);
+        let settings = shared.core().scheduler.settings().scheduler.clone();
+        let (changed, resolve, solved_at, events) = shared.budgets(|b, _| {
             let (changed, resolve) = b.tick(now, &settings);
             (changed, resolve, b.solved_at, std::mem::take(&mut b.events))
-        };
+        });
         shared.stage_pool_events(now, events);
         if !changed.is_empty() {
             let cat = shared.catalog();
-            let mut s = shared.sched();
+            let mut c = shared.core();
             for (pool, rate) in changed {
                 if let Some(b) = cat.budgets.iter().find(|b| b.name == pool) {
-                    s.set_pool(&pool, rate, b.share_burst(), now);
+                    c.scheduler.set_pool(&pool, rate, b.share_burst(), now);
                 }
             }
         }
         if !(due || resolve) && now.since(running_checked) >= RUNNING_CHECK {
             running_checked = now;
-            let running = super::budget::running_of(&shared.sched());
-            due = crate::core::plan::running_moved(&lock(&shared.budgets).running, &running);
+            let running = super::budget::running_of(&shared.core().scheduler);
+            due = shared.budgets(|b, _| crate::core::plan::running_moved(&b.running, &running));
         }
         if due || resolve || now.since(solved_at) >= settings.resolve_interval {
             let mut none = HashMap::new();

@@ -8,17 +8,20 @@
 //! written to the store's outbox in the same transaction as the task state
 //! they describe: a dead-letter entry or exit and an operator action with
 //! their own commit, breaker transitions and rechecks with the group commit
-//! of their record (staged in `Shared::staged` under the scheduler lock, in
-//! the same critical section as the change, so a flush takes both or
-//! neither). Budget pool transitions (over budget, shedding, restored, AIMD
+//! of their record (staged in [`Core`] beside the scheduler, in the same
+//! critical section as the change, so a flush takes both or neither). Budget pool transitions (over budget, shedding, restored, AIMD
 //! decrease and recovery) are change events too, staged for the next group
 //! commit. Poll events go to the sink's memory queue, best effort.
 //!
-//! Concurrency: the pure [`Scheduler`] sits behind one `std::sync::Mutex`,
-//! held only for short, non-async sections. Every write of task rows goes
-//! through `write_lock` (an async mutex), and a durable completion is applied
-//! to the scheduler while that lock is held, so a group commit can never
-//! write an older record over a dead-letter move.
+//! Concurrency: the pure [`Scheduler`], its RNG and the staged events are
+//! one [`Core`] behind one `std::sync::Mutex`, held only for short,
+//! non-async sections. The budget pools ([`BudgetState`]) have a lock of
+//! their own, reached only through [`Shared::budgets`], which takes it and
+//! hands the closure a [`CoreKey`]: the one way to hold both is pools, then
+//! core. Every write of task rows goes through `write_lock` (an async
+//! mutex), and a durable completion is applied to the scheduler while that
+//! lock is held, so a group commit can never write an older record over a
+//! dead-letter move.
 
 pub mod budget;
 pub mod handle;
@@ -79,8 +82,81 @@ pub enum EngineError {
     Op(#[from] OpError),
 }
 
+/// What the engine's scheduling lock guards, together: the pure scheduler,
+/// the RNG every random draw of the engine comes from, and the change
+/// events staged with the scheduler changes they record (the next group
+/// commit takes both or neither).
+pub struct Core {
+    pub(crate) scheduler: Scheduler,
+    rng: StdRng,
+    staged: Vec<OutboxEvent>,
+}
+
+impl Core {
+    pub(crate) fn new(scheduler: Scheduler, rng: StdRng) -> Core {
+        Core {
+            scheduler,
+            rng,
+            staged: Vec::new(),
+        }
+    }
+
+    /// The scheduler and the RNG, borrowed apart, for a change that draws.
+    fn scheduler_and_rng(&mut self) -> (&mut Scheduler, &mut StdRng) {
+        (&mut self.scheduler, &mut self.rng)
+    }
+}
+
+#[cfg(debug_assertions)]
+thread_local! {
+    /// Core guards this thread holds: the pools' lock must not be taken
+    /// while it is above 0 (debug builds check it).
+    static CORE_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// The core, locked. Dropped, it unlocks.
+pub(crate) struct CoreGuard<'a>(MutexGuard<'a, Core>);
+
+impl<'a> CoreGuard<'a> {
+    fn new(guard: MutexGuard<'a, Core>) -> Self {
+        #[cfg(debug_assertions)]
+        CORE_HELD.with(|c| c.set(c.get() + 1));
+        CoreGuard(guard)
+    }
+}
+
+impl Drop for CoreGuard<'_> {
+    fn drop(&mut self) {
+        #[cfg(debug_assertions)]
+        CORE_HELD.with(|c| c.set(c.get() - 1));
+    }
+}
+
+impl std::ops::Deref for CoreGuard<'_> {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for CoreGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.0
+    }
+}
+
+/// Handed to a closure that holds the pools' lock: it takes the core after
+/// the pools, the one legal order.
+pub(crate) struct CoreKey<'a>(&'a Mutex<Core>);
+
+impl<'a> CoreKey<'a> {
+    pub(crate) fn core(&self) -> CoreGuard<'a> {
+        CoreGuard::new(lock(self.0))
+    }
+}
+
 pub struct Shared {
-    scheduler: Arc<Mutex<Scheduler>>,
+    core: Arc<Mutex<Core>>,
     /// The event sink (a no-op when none is configured).
     sink: Sink,
     /// The sink's settings in force (environment applied).
@@ -93,23 +169,18 @@ pub struct Shared {
     fetch: Arc<dyn Fetch>,
     /// Where the engine reads the time; see [`ports`].
     clock: Arc<dyn Clock>,
-    /// Every random draw of the engine. Lock order: `scheduler` before `rng`.
-    rng: Mutex<StdRng>,
     metrics: Metrics,
     /// Every task's latest values and kept bodies.
     latest: latest::Latest,
     catalog: Arc<RwLock<Arc<Catalog>>>,
     settings: Mutex<SettingsLayers>,
     write_lock: tokio::sync::Mutex<()>,
-    /// Change events for the next group commit, staged with the scheduler
-    /// change they record. Lock order: `scheduler` before `staged`.
-    staged: Mutex<Vec<OutboxEvent>>,
     /// Serialises instance changes (check-then-insert).
     catalog_edit: tokio::sync::Mutex<()>,
     /// Serialises settings changes (validate-then-save).
     settings_edit: tokio::sync::Mutex<()>,
-    /// Budget pools: AIMD, solved plans, learned shapes. Lock order:
-    /// `budgets` before `scheduler`, never the other way round.
+    /// Budget pools: AIMD, solved plans, learned shapes; only through
+    /// [`Shared::budgets`].
     budgets: Arc<Mutex<BudgetState>>,
     wake: Notify,
     /// When the dispatcher will wake by itself (ms since the epoch, written
@@ -145,10 +216,10 @@ impl Shared {
         settings: MonitoringSettings,
         sink: Option<SinkConfig>,
     ) -> Result<Arc<Shared>, prometheus::Error> {
-        let scheduler = Arc::new(Mutex::new(Scheduler::new(settings)));
+        let core = Arc::new(Mutex::new(Core::new(Scheduler::new(settings), ports.rng())));
         let budgets = Arc::new(Mutex::new(BudgetState::default()));
         let catalog = Arc::new(RwLock::new(Arc::new(catalog)));
-        let snapshots = snapshot::SnapshotSource::new(scheduler.clone(), budgets.clone(), ports.clock.clone());
+        let snapshots = snapshot::SnapshotSource::new(core.clone(), budgets.clone(), ports.clock.clone());
         let metrics = Metrics::new(snapshots, catalog.clone())?;
         let sink_config = Mutex::new(sink.clone());
         let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);
@@ -158,20 +229,18 @@ impl Shared {
             None => Arc::new(store.clone()),
         };
         Ok(Arc::new(Shared {
-            scheduler,
+            core,
             sink,
             sink_config,
             store,
             tasks,
             fetch,
             clock: ports.clock.clone(),
-            rng: Mutex::new(ports.rng()),
             metrics,
             latest: latest::Latest::default(),
             catalog,
             settings: Mutex::new(layers),
             write_lock: tokio::sync::Mutex::new(()),
-            staged: Mutex::new(Vec::new()),
             catalog_edit: tokio::sync::Mutex::new(()),
             settings_edit: tokio::sync::Mutex::new(()),
             budgets,
@@ -186,8 +255,21 @@ impl Shared {
         }))
     }
 
-    fn sched(&self) -> MutexGuard<'_, Scheduler> {
-        lock(&self.scheduler)
+    /// The core (scheduler, RNG, staged events), locked. Never taken while
+    /// the pools are held except through the [`CoreKey`] of
+    /// [`Shared::budgets`].
+    fn core(&self) -> CoreGuard<'_> {
+        CoreGuard::new(lock(&self.core))
+    }
+
+    /// Run `f` on the budget pools, with the key to the core: the only way
+    /// to the pools, so the locks are always taken pools first. It must not
+    /// be called with the core held (debug builds check).
+    fn budgets<R>(&self, f: impl FnOnce(&mut BudgetState, CoreKey<'_>) -> R) -> R {
+        #[cfg(debug_assertions)]
+        CORE_HELD.with(|c| debug_assert_eq!(c.get(), 0, "the pools' lock is taken before the core's"));
+        let mut b = lock(&self.budgets);
+        f(&mut b, CoreKey(&self.core))
     }
 
     /// The engine's time (its [`Clock`]).
@@ -200,7 +282,7 @@ impl Shared {
     }
 
     pub fn monitoring(&self) -> MonitoringSettings {
-        self.sched().settings().clone()
+        self.core().scheduler.settings().clone()
     }
 
     /// Wake the dispatcher: something about the schedule changed.
@@ -229,7 +311,7 @@ impl Shared {
         if !self.is_ready() {
             return Err("loading state".into());
         }
-        let oldest_due = self.sched().next_wakeup();
+        let oldest_due = self.core().scheduler.next_wakeup();
         if let Some(due) = oldest_due
             && now.since(due) > STALL_AFTER
         {
@@ -250,40 +332,44 @@ impl Shared {
     /// or released; pool token buckets set to their effective budgets.
     pub fn reconcile(&self, now: Timestamp, stored: &mut HashMap<TaskKey, TaskRecord>, cold_start: bool) {
         let cat = self.catalog();
-        let mut b = lock(&self.budgets);
         let (settings, running) = {
-            let s = self.sched();
-            (s.settings().scheduler.clone(), budget::running_of(&s))
+            let c = self.core();
+            (
+                c.scheduler.settings().scheduler.clone(),
+                budget::running_of(&c.scheduler),
+            )
         };
-        b.running = running;
-        b.resolve(&cat, &settings, now);
-        let events = std::mem::take(&mut b.events);
-        let desired = plan::tasks(&cat, &settings, &b.plans, &b.shapes);
-        let mut s = self.sched();
-        for pool in &cat.budgets {
-            s.set_pool(&pool.name, b.effective_rps(&pool.name), pool.share_burst(), now);
-            // Present at 0 from the start, so `increase()` sees the first 429.
-            self.metrics.rate_limited.with_label_values(&[&pool.name]);
-            self.metrics.aimd_decreases.with_label_values(&[&pool.name]);
-        }
-        s.retain_pools(&|p: &str| cat.budgets.iter().any(|x| x.name == p));
-        drop(b);
-        self.stage_pool_events(now, events);
-        let keep: std::collections::HashSet<&TaskKey> = desired.iter().map(|(k, _)| k).collect();
-        let gone: Vec<TaskKey> = s.tasks().map(|t| t.key.clone()).filter(|k| !keep.contains(k)).collect();
-        for k in gone {
-            if let Some(t) = s.get(&k) {
-                self.metrics.forget_task(&t.key);
+        let tasks = self.budgets(|b, key| {
+            b.running = running;
+            b.resolve(&cat, &settings, now);
+            let events = std::mem::take(&mut b.events);
+            let desired = plan::tasks(&cat, &settings, &b.plans, &b.shapes);
+            let mut c = key.core();
+            let s = &mut c.scheduler;
+            for pool in &cat.budgets {
+                s.set_pool(&pool.name, b.effective_rps(&pool.name), pool.share_burst(), now);
+                // Present at 0 from the start, so `increase()` sees the first 429.
+                self.metrics.rate_limited.with_label_values(&[&pool.name]);
+                self.metrics.aimd_decreases.with_label_values(&[&pool.name]);
             }
-            s.remove(&k);
-        }
-        drop(keep);
-        let tasks: std::collections::HashSet<TaskKey> = desired.iter().map(|(k, _)| k.clone()).collect();
-        for (k, meta) in desired {
-            let rec = stored.remove(&k);
-            s.place(k, meta, rec, now, cold_start);
-        }
-        drop(s);
+            s.retain_pools(&|p: &str| cat.budgets.iter().any(|x| x.name == p));
+            let keep: std::collections::HashSet<&TaskKey> = desired.iter().map(|(k, _)| k).collect();
+            let gone: Vec<TaskKey> = s.tasks().map(|t| t.key.clone()).filter(|k| !keep.contains(k)).collect();
+            for k in gone {
+                if let Some(t) = s.get(&k) {
+                    self.metrics.forget_task(&t.key);
+                }
+                s.remove(&k);
+            }
+            drop(keep);
+            let tasks: std::collections::HashSet<TaskKey> = desired.iter().map(|(k, _)| k.clone()).collect();
+            for (k, meta) in desired {
+                let rec = stored.remove(&k);
+                s.place(k, meta, rec, now, cold_start);
+            }
+            self.stage_pool_events_in(&mut c, now, events);
+            tasks
+        });
         self.latest
             .retain(|k| tasks.contains(k), |k| cat.rules_of(k).map(|r| r.fingerprint));
         self.latest.retain_facts(|i| cat.instances.contains_key(i));
@@ -292,58 +378,67 @@ impl Shared {
 
     /// A pool's budget in force now (AIMD applied), requests per second.
     pub fn pool_effective_rps(&self, pool: &str) -> f64 {
-        lock(&self.budgets).effective_rps(pool)
+        self.budgets(|b, _| b.effective_rps(pool))
     }
 
     /// The over-budget gate (§2) for a proposed catalog and settings,
     /// with the shapes learned so far.
     pub fn check_gate(&self, cat: &Catalog, settings: &MonitoringSettings) -> Result<(), String> {
-        let b = lock(&self.budgets);
-        plan::gate(cat, &b.shapes, &settings.scheduler)
+        self.budgets(|b, _| plan::gate(cat, &b.shapes, &settings.scheduler))
     }
 
-    /// A `shape_from` group answered: keep what it learned, and re-plan
-    /// when the shape changed.
+    /// A `shape_from` group answered: keep what it learned, and when the
+    /// shape changed, ask the resolver to re-plan (a completion never
+    /// re-plans the fleet itself).
     fn learn_shape(&self, key: &TaskKey, shape: crate::model::ShapeUpdate) {
-        let changed = lock(&self.budgets).learn(&key.instance, &key.group, shape);
+        let changed = self.budgets(|b, _| b.learn(&key.instance, &key.group, shape));
         if changed {
             tracing::info!(task = %key, "shape changed; re-planning");
-            let mut none = HashMap::new();
-            self.reconcile(self.now(), &mut none, false);
+            self.resolve.notify_one();
         }
     }
 
     /// Pool transitions as change events: staged for the next group commit
     /// (the flusher's, or the final one at shutdown), so they outlive a
-    /// crash and reach a receiver that was down. Lock order: `scheduler`
-    /// (if held) before `staged`.
+    /// crash and reach a receiver that was down.
     fn stage_pool_events(&self, now: Timestamp, events: impl IntoIterator<Item = PoolEvent>) {
-        let rows: Vec<OutboxEvent> = events
+        let rows = self.pool_rows(now, events);
+        if !rows.is_empty() {
+            self.core().staged.extend(rows);
+        }
+    }
+
+    /// [`Shared::stage_pool_events`] with the core already held.
+    fn stage_pool_events_in(&self, c: &mut Core, now: Timestamp, events: impl IntoIterator<Item = PoolEvent>) {
+        let rows = self.pool_rows(now, events);
+        c.staged.extend(rows);
+    }
+
+    fn pool_rows(&self, now: Timestamp, events: impl IntoIterator<Item = PoolEvent>) -> Vec<OutboxEvent> {
+        events
             .into_iter()
             .filter_map(|e| self.sink.stage(&Event::pool(now, e)))
-            .collect();
-        if !rows.is_empty() {
-            lock(&self.staged).extend(rows);
-        }
+            .collect()
     }
 
     /// A 429 from a task of `pool`: AIMD lowers the pool's budget (at most
     /// once per cooldown) and `Retry-After` pauses the pool.
     fn rate_limited(&self, pool: &str, retry_after: Option<Duration>, now: Timestamp) {
-        let (signal, rate, event) = {
-            let mut b = lock(&self.budgets);
-            let aimd = self.sched().settings().scheduler.clone();
-            let Some((signal, rate)) = b.on_rate_limited(pool, now, retry_after, &aimd) else {
-                return;
-            };
+        let aimd = self.core().scheduler.settings().scheduler.clone();
+        let decided = self.budgets(|b, _| {
+            let (signal, rate) = b.on_rate_limited(pool, now, retry_after, &aimd)?;
             let event = b.plans.get(pool).filter(|_| signal.decreased).map(|p| PoolEvent {
                 effective_budget_rps: rate,
                 ..budget::pool_event(p, PoolTransition::AimdDecrease)
             });
-            (signal, rate, event)
+            Some((signal, rate, event))
+        });
+        let Some((signal, rate, event)) = decided else {
+            return;
         };
-        self.stage_pool_events(now, event);
-        let mut s = self.sched();
+        let mut c = self.core();
+        self.stage_pool_events_in(&mut c, now, event);
+        let s = &mut c.scheduler;
         if signal.decreased {
             let burst = self
                 .catalog()
@@ -370,14 +465,14 @@ impl Shared {
         if let Some(until) = signal.paused_until {
             s.pause_pool(pool, until, now);
         }
-        drop(s);
+        drop(c);
         if signal.resolve {
             self.resolve.notify_one();
         }
     }
 
     pub fn set_catalog(&self, catalog: Catalog) {
-        lock(&self.budgets).retain_shapes(&catalog);
+        self.budgets(|b, _| b.retain_shapes(&catalog));
         *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
         let mut none = HashMap::new();
         self.reconcile(self.now(), &mut none, false);
@@ -388,9 +483,9 @@ impl Shared {
     pub fn apply_settings(&self, settings: MonitoringSettings) {
         let now = self.now();
         {
-            let mut s = self.sched();
-            let mut rng = lock(&self.rng);
-            s.set_settings(settings, now, &mut *rng);
+            let mut c = self.core();
+            let (s, rng) = c.scheduler_and_rng();
+            s.set_settings(settings, now, rng);
         }
         let mut none = HashMap::new();
         self.reconcile(now, &mut none, false);
@@ -428,7 +523,7 @@ impl Engine {
                 for e in bad {
                     tracing::warn!(error = %e, "skipping an unreadable AIMD state; that pool starts at its full budget");
                 }
-                lock(&shared.budgets).resume_aimd(states);
+                shared.budgets(|b, _| b.resume_aimd(states));
             }
             // Without it each pool starts at its full budget, as before.
             Err(e) => tracing::error!(error = %e, "could not read the pools' AIMD state; starting at full budgets"),
@@ -447,11 +542,11 @@ impl Engine {
                     tracing::warn!(error = %c, "skipping unreadable stored values");
                 }
                 let cat = shared.catalog();
-                let s = shared.sched();
+                let c = shared.core();
                 shared.latest.load(
                     values,
                     bodies,
-                    |k| s.get(k).map(|t| t.rec.clone()),
+                    |k| c.scheduler.get(k).map(|t| t.rec.clone()),
                     |k| cat.rules_of(k).map(|r| r.fingerprint),
                 );
             }
@@ -468,7 +563,8 @@ impl Engine {
             tracing::info!(removed = n, "removed state of tasks no longer configured");
         }
         {
-            let s = shared.sched();
+            let c = shared.core();
+            let s = &c.scheduler;
             tracing::info!(
                 tasks = s.len(),
                 dead_letter = s.dead_letters().len(),

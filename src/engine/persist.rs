@@ -40,19 +40,18 @@ impl Shared {
             }
         }
         let ((recs, deleted), events) = {
-            let mut s = self.sched();
-            (s.take_dirty(), std::mem::take(&mut *lock(&self.staged)))
+            let mut c = self.core();
+            (c.scheduler.take_dirty(), std::mem::take(&mut c.staged))
         };
         let n = recs.len() + deleted.len();
         let mut batch: Vec<(TaskKey, Option<TaskRecord>)> = recs.into_iter().map(|(k, r)| (k, Some(r))).collect();
         batch.extend(deleted.into_iter().map(|k| (k, None)));
         if let Err(e) = self.write_tasks(batch.clone(), events.clone()).await {
             // Put them back so the next flush tries again.
-            let mut s = self.sched();
-            s.mark_dirty(batch.into_iter().map(|(k, _)| k));
-            let mut staged = lock(&self.staged);
-            let later = std::mem::replace(&mut *staged, events);
-            staged.extend(later);
+            let mut c = self.core();
+            c.scheduler.mark_dirty(batch.into_iter().map(|(k, _)| k));
+            let later = std::mem::replace(&mut c.staged, events);
+            c.staged.extend(later);
             return Err(e);
         }
         Ok(n)
@@ -62,7 +61,7 @@ impl Shared {
     /// [`BudgetState::aimd_to_save`]), so a restart resumes it. A failed
     /// save is tried again at the next flush.
     pub(super) async fn save_aimd(&self) -> Result<(), EngineError> {
-        let Some(states) = lock(&self.budgets).aimd_to_save() else {
+        let Some(states) = self.budgets(|b, _| b.aimd_to_save()) else {
             return Ok(());
         };
         let store = self.store.clone();
@@ -70,7 +69,7 @@ impl Shared {
             .await
             .map_err(|e| EngineError::Join(e.to_string()))?;
         result?;
-        lock(&self.budgets).aimd_saved(states);
+        self.budgets(|b, _| b.aimd_saved(states));
         Ok(())
     }
 
@@ -78,7 +77,8 @@ impl Shared {
     /// rollup and prune rows past the retention period.
     pub async fn record_minute(&self, minute: u64) -> Result<(), EngineError> {
         let rollup = {
-            let s = self.sched();
+            let c = self.core();
+            let s = &c.scheduler;
             crate::store::Rollup {
                 polls: self.minute_polls.swap(0, Ordering::Relaxed),
                 errors: self.minute_errors.swap(0, Ordering::Relaxed),
@@ -127,7 +127,8 @@ impl Shared {
         let _w = self.write_lock.lock().await;
         let now = self.now();
         let (rec, type_name) = {
-            let mut s = self.sched();
+            let mut c = self.core();
+            let s = &mut c.scheduler;
             let rec = s.prepare_op(key, op, now)?;
             s.freeze(key);
             (rec, s.get(key).map(|t| t.meta.type_name.clone()))
@@ -143,10 +144,10 @@ impl Shared {
         ));
         let row = vec![(key.clone(), Some(rec.clone()))];
         if let Err(e) = self.write_tasks(row, event.into_iter().collect()).await {
-            self.sched().release(key, now);
+            self.core().scheduler.release(key, now);
             return Err(e);
         }
-        self.sched().apply_op(key, op, rec.clone(), now);
+        self.core().scheduler.apply_op(key, op, rec.clone(), now);
         if op == OperatorOp::Discard {
             self.latest.park(key);
         }

@@ -17,8 +17,8 @@ pub use crate::read_model::{
     RECENT_DEAD_LETTERS, STALEST, Snapshot, TakeSnapshot, TaskRow, TypeCounts,
 };
 
-use super::Shared;
 use super::budget::BudgetState;
+use super::{Core, CoreGuard, Shared};
 use crate::core::Scheduler;
 use crate::core::staleness;
 use crate::core::task::breaker_at;
@@ -36,58 +36,58 @@ const FRESH_BELOW: f64 = 0.1;
 /// collector holds (it is built before [`Shared`] exists).
 #[derive(Clone)]
 pub struct SnapshotSource {
-    scheduler: Arc<Mutex<Scheduler>>,
+    core: Arc<Mutex<Core>>,
     budgets: Arc<Mutex<BudgetState>>,
     clock: Arc<dyn super::ports::Clock>,
 }
 
 impl SnapshotSource {
     pub(super) fn new(
-        scheduler: Arc<Mutex<Scheduler>>,
+        core: Arc<Mutex<Core>>,
         budgets: Arc<Mutex<BudgetState>>,
         clock: Arc<dyn super::ports::Clock>,
     ) -> Self {
-        SnapshotSource {
-            scheduler,
-            budgets,
-            clock,
-        }
+        SnapshotSource { core, budgets, clock }
     }
 
     /// A source over an empty schedule of its own: metrics built apart
     /// from any engine (benchmarks of the metric families).
     pub fn detached(settings: crate::model::MonitoringSettings, clock: Arc<dyn super::ports::Clock>) -> Self {
         Self::new(
-            Arc::new(Mutex::new(Scheduler::new(settings))),
+            Arc::new(Mutex::new(Core::new(
+                Scheduler::new(settings),
+                rand::SeedableRng::seed_from_u64(0),
+            ))),
             Default::default(),
             clock,
         )
     }
 
     pub fn take(&self, now: Timestamp, detail: Detail) -> Snapshot {
-        take(&self.scheduler, &self.budgets, now, detail)
+        take(&self.core, &self.budgets, now, detail)
     }
 }
 
 impl TakeSnapshot for SnapshotSource {
     /// The read model now, by the engine's clock.
     fn take_now(&self, detail: Detail) -> Snapshot {
-        take(&self.scheduler, &self.budgets, self.clock.now(), detail)
+        take(&self.core, &self.budgets, self.clock.now(), detail)
     }
 }
 
 impl Shared {
     /// The read model at `now`: the one way readers see the scheduler.
     pub fn snapshot(&self, now: Timestamp, detail: Detail) -> Snapshot {
-        take(&self.scheduler, &self.budgets, now, detail)
+        take(&self.core, &self.budgets, now, detail)
     }
 }
 
-fn take(scheduler: &Mutex<Scheduler>, budgets: &Mutex<BudgetState>, now: Timestamp, detail: Detail) -> Snapshot {
+fn take(core: &Mutex<Core>, budgets: &Mutex<BudgetState>, now: Timestamp, detail: Detail) -> Snapshot {
     // The two locks are taken one after the other, never nested.
     let pools = pool_figures(&super::lock(budgets));
     let copied = {
-        let s = super::lock(scheduler);
+        let c = CoreGuard::new(super::lock(core));
+        let s = &c.scheduler;
         let adaptive = &s.settings().adaptive;
         let mut b = Builder::new(now, adaptive.enabled, adaptive.max_interval, detail);
         for t in s.tasks() {

@@ -56,7 +56,10 @@ fn dead_lettered(shared: &Shared, key: &TaskKey, now: Timestamp) -> TaskRecord {
         ..TaskRecord::default()
     };
     let meta = TaskMeta::new("http", 1, Duration::from_secs(10));
-    shared.sched().place(key.clone(), meta, Some(rec.clone()), now, false);
+    shared
+        .core()
+        .scheduler
+        .place(key.clone(), meta, Some(rec.clone()), now, false);
     rec
 }
 
@@ -72,7 +75,8 @@ async fn an_operator_action_that_cannot_be_committed_changes_nothing() {
     for op in [OperatorOp::Discard, OperatorOp::Retry] {
         let err = shared.operator_action(&key, "test", op).await;
         assert!(err.is_err(), "{op:?}: {err:?}");
-        let s = shared.sched();
+        let c = shared.core();
+        let s = &c.scheduler;
         let t = s.get(&key).expect("task");
         assert_eq!(t.rec, rec, "{op:?}: the record is unchanged");
         assert!(!t.frozen, "{op:?}: released");
@@ -84,7 +88,7 @@ async fn an_operator_action_that_cannot_be_committed_changes_nothing() {
         );
     }
     // Nor is anything left for the group commit to write later.
-    let (dirty, _) = shared.sched().take_dirty();
+    let (dirty, _) = shared.core().scheduler.take_dirty();
     assert!(dirty.iter().all(|(k, r)| k != &key || r == &rec), "{dirty:?}");
 }
 
@@ -100,7 +104,7 @@ async fn an_operator_action_is_on_disk_when_it_is_visible() {
         .await
         .expect("discarded");
     assert!(rec.disabled && rec.dead_letter.is_none());
-    assert!(shared.sched().dead_letters().is_empty());
+    assert!(shared.core().scheduler.dead_letters().is_empty());
     let (stored, _) = shared.store.load_tasks().expect("load");
     assert_eq!(stored, vec![(key.clone(), rec)], "committed before it was shown");
     assert_eq!(
@@ -163,18 +167,18 @@ async fn staged_change_events_go_with_the_group_commit_or_wait_for_the_next() {
     dead_lettered(&shared, &bad, now);
     let event = crate::sink::Event::operator(now, "a", "instance.update", "x");
     {
-        let mut s = shared.sched();
-        s.mark_dirty([bad.clone()]);
-        super::lock(&shared.staged).push(shared.sink.stage(&event).expect("staged"));
+        let mut c = shared.core();
+        c.scheduler.mark_dirty([bad.clone()]);
+        c.staged.push(shared.sink.stage(&event).expect("staged"));
     }
     assert!(shared.flush().await.is_err(), "the store refuses the key");
     assert!(outbox(&shared).is_empty(), "not without its state");
-    assert_eq!(super::lock(&shared.staged).len(), 1, "kept for the next flush");
+    assert_eq!(shared.core().staged.len(), 1, "kept for the next flush");
     // The bad record is given up; the next flush writes the event alone.
-    let _ = shared.sched().take_dirty();
+    let _ = shared.core().scheduler.take_dirty();
     shared.flush().await.expect("flush");
     assert_eq!(outbox(&shared).len(), 1);
-    assert!(super::lock(&shared.staged).is_empty());
+    assert!(shared.core().staged.is_empty());
 
     // With the sink off, an operator action is staged for the audit trail
     // alone.
@@ -201,7 +205,8 @@ fn planned_completion(
     result: &crate::model::PollResult,
     now: Timestamp,
 ) -> crate::core::scheduler::Prepared {
-    let mut s = shared.sched();
+    let mut c = shared.core();
+    let s = &mut c.scheduler;
     s.place(
         key.clone(),
         TaskMeta::new("http", 1, Duration::from_secs(10)),
@@ -231,7 +236,8 @@ async fn a_dead_letter_move_that_cannot_be_committed_is_not_made() {
     let done = super::worker::commit_then_apply(&shared, p, events, now).await;
     assert_eq!(done.dead_letter, None, "reported as not moved");
     {
-        let s = shared.sched();
+        let c = shared.core();
+        let s = &c.scheduler;
         assert!(s.dead_letters().is_empty(), "not shown");
         assert_eq!(s.in_flight(), 0, "the poll is over");
         let t = s.get(&bad).expect("task");
@@ -242,7 +248,7 @@ async fn a_dead_letter_move_that_cannot_be_committed_is_not_made() {
             "due again when the plan said, not at once"
         );
     }
-    assert!(super::lock(&shared.staged).is_empty(), "its events went with it");
+    assert!(shared.core().staged.is_empty(), "its events went with it");
     assert!(outbox(&shared).is_empty());
 
     // The same move on a key the store takes: on disk, with its event,
@@ -253,7 +259,7 @@ async fn a_dead_letter_move_that_cannot_be_committed_is_not_made() {
     let sent = events.len();
     let done = super::worker::commit_then_apply(&shared, p, events, now).await;
     assert!(done.must_commit());
-    assert_eq!(shared.sched().dead_letters().len(), 1);
+    assert_eq!(shared.core().scheduler.dead_letters().len(), 1);
     let (stored, _) = shared.store.load_tasks().expect("load");
     assert!(
         stored.iter().any(|(k, r)| k == &good && r.dead_letter.is_some()),

@@ -12,16 +12,93 @@ fn deadline_error(timeout: Duration) -> PollError {
     )
 }
 
-/// One poll: run it under a hard deadline, then record the outcome.
+/// One poll: run it under a hard deadline, then record the outcome. Each
+/// step hands the next what it needs; none calls back into the steps before.
 pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     let key = d.key.clone();
     if let Some((from, to)) = d.breaker {
         tracing::info!(task = %key, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
     }
-    let started = Instant::now();
     let catalog = shared.catalog();
-    let target = catalog.target(&key);
-    let forward = target.as_ref().is_some_and(|t| t.group().forward);
+    let mut outcome = poll(&shared, &catalog, &key).await;
+    // Rate signals go to the pool before the task is re-queued, so the
+    // task's own retry lands after the pool's pause.
+    if let Some(pool) = &d.meta.pool {
+        signal_pool(&shared, pool, &outcome);
+    }
+    if let Some(done) = complete(&shared, &key, &outcome).await {
+        let o = &outcome;
+        emit_poll_events(
+            &shared,
+            &key,
+            &done.meta,
+            &done.transition,
+            &o.result,
+            o.elapsed,
+            o.forward,
+            o.now,
+        );
+        if matches!(done.transition.dead_letter, Some(DeadLetterMove::Entered(_))) {
+            shared.latest.park(&key);
+        }
+        if let Some(stale_after) = done.fresh_for {
+            record_latest(
+                &shared,
+                &key,
+                &outcome.result,
+                outcome.extracted.take(),
+                outcome.now,
+                stale_after,
+            );
+        }
+        observe(&shared, &key, &done, &outcome);
+    }
+    if let Ok(ok) = outcome.result {
+        if let Some(facts) = ok.facts {
+            learn_facts(&shared, &catalog, &key, facts);
+        }
+        if let Some(shape) = ok.shape {
+            shared.learn_shape(&key, shape);
+        }
+    }
+}
+
+/// One poll's outcome, as the worker carries it from the fetch to the
+/// record.
+struct Outcome {
+    result: PollResult,
+    elapsed: Duration,
+    /// The engine's time when the answer was in.
+    now: Timestamp,
+    /// The group forwards its bodies to the sink.
+    forward: bool,
+    /// What the group's value rules made of a successful answer.
+    extracted: Option<Extracted>,
+}
+
+impl Outcome {
+    /// The answer has something for the latest-values cache.
+    fn keeps_latest(&self) -> bool {
+        self.result
+            .as_ref()
+            .is_ok_and(|ok| self.extracted.is_some() || ok.kept_body.is_some())
+    }
+}
+
+/// A completion applied to the scheduler.
+struct Completed {
+    transition: Transition,
+    meta: crate::core::task::TaskMeta,
+    /// How long the task's latest values stay fresh, when the answer has
+    /// any to keep.
+    fresh_for: Option<Duration>,
+}
+
+/// The fetch under its hard deadline, and the value rules run on the
+/// answer, outside every lock.
+async fn poll(shared: &Shared, catalog: &Catalog, key: &TaskKey) -> Outcome {
+    let started = Instant::now();
+    let target = catalog.target(key);
     let result: PollResult = match &target {
         Some(t) => {
             let (instance, group) = (&t.instance, t.group());
@@ -43,138 +120,151 @@ pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dis
     };
     let elapsed = started.elapsed();
     let now = shared.now();
-    // The value rules run here, outside every lock.
     let extracted = match (&result, &target) {
-        (Ok(ok), Some(t)) => extract_values(&shared, &catalog, t, ok),
+        (Ok(ok), Some(t)) => extract_values(shared, catalog, t, ok),
         _ => None,
     };
-    // Rate signals go to the pool before the task is re-queued, so the
-    // task's own retry lands after the pool's pause.
-    if let Some(pool) = &d.meta.pool {
-        let limited = match &result {
-            Err(e) if e.is_rate_limited() => Some(e.retry_after),
-            Ok(ok) => ok
-                .failed_items
-                .iter()
-                .find(|f| f.error.is_rate_limited())
-                .map(|f| f.error.retry_after),
-            Err(_) => None,
-        };
-        if let Some(retry_after) = limited {
-            shared.metrics.rate_limited.with_label_values(&[pool]).inc();
-            shared.rate_limited(pool, retry_after, now);
-        }
-    }
     if let Ok(ok) = &result {
         for f in &ok.failed_items {
             tracing::warn!(task = %key, item = %f.item, error = %f.error.message, "fan-out item failed");
         }
     }
-    // One lock for the common case: plan and apply together. A dead-letter
-    // move is planned here and applied only after it is committed.
-    let keeps_latest = result
-        .as_ref()
-        .is_ok_and(|ok| extracted.is_some() || ok.kept_body.is_some());
-    let waiting_for_facts = extracted.as_ref().is_some_and(|x| x.2);
+    Outcome {
+        result,
+        elapsed,
+        now,
+        forward: target.as_ref().is_some_and(|t| t.group().forward),
+        extracted,
+    }
+}
+
+/// A 429 (of the poll, or of one of its items) is the pool's signal.
+fn signal_pool(shared: &Shared, pool: &str, o: &Outcome) {
+    let limited = match &o.result {
+        Err(e) if e.is_rate_limited() => Some(e.retry_after),
+        Ok(ok) => ok
+            .failed_items
+            .iter()
+            .find(|f| f.error.is_rate_limited())
+            .map(|f| f.error.retry_after),
+        Err(_) => None,
+    };
+    if let Some(retry_after) = limited {
+        shared.metrics.rate_limited.with_label_values(&[pool]).inc();
+        shared.rate_limited(pool, retry_after, o.now);
+    }
+}
+
+/// The completion prepared and applied: under one lock in the common case;
+/// a dead-letter move is committed first and applied after. `None` when the
+/// task is gone.
+async fn complete(shared: &Shared, key: &TaskKey, o: &Outcome) -> Option<Completed> {
+    let (result, now) = (&o.result, o.now);
+    let keeps_latest = o.keeps_latest();
     let stale_after = |s: &crate::core::Scheduler| {
-        s.get(&key)
+        s.get(key)
             .map(|t| crate::core::staleness::stale_after(s.interval_of(t)))
     };
-    let (planned, wake, mut fresh_for) = {
-        let mut s = shared.sched();
-        let planned = match s.prepare_completion(&key, &result, now, &mut *lock(&shared.rng)) {
+    let (planned, wake) = {
+        let mut c = shared.core();
+        let Core {
+            scheduler: s,
+            rng,
+            staged,
+        } = &mut *c;
+        let planned = match s.prepare_completion(key, result, now, rng) {
             Some(p) if !p.transition.must_commit() => {
-                let info = (p.transition.clone(), p.meta.clone());
-                let events = change_events(&shared.sink, &p, &result, now);
+                let (transition, meta) = (p.transition.clone(), p.meta.clone());
+                let events = change_events(&shared.sink, &p, result, now);
                 s.apply(p, now);
-                if !events.is_empty() {
-                    lock(&shared.staged).extend(events);
-                }
-                Some(Ok(info))
+                staged.extend(events);
+                // What the latest values need of the task, read under this lock.
+                let fresh_for = if keeps_latest { stale_after(s) } else { None };
+                Some(Ok(Completed {
+                    transition,
+                    meta,
+                    fresh_for,
+                }))
             }
             Some(p) => Some(Err(p)),
             None => None,
         };
-        // What the latest values need of the task, read under this lock.
-        let fresh_for = match &planned {
-            Some(Ok(_)) if keeps_latest => stale_after(&s),
-            _ => None,
-        };
-        (planned, shared.must_wake_dispatcher(&s, &key), fresh_for)
+        (planned, shared.must_wake_dispatcher(s, key))
     };
     if wake {
         shared.poke();
     }
-    let info = match planned {
-        Some(Ok(info)) => Some(info),
-        Some(Err(p)) => {
+    match planned? {
+        Ok(done) => Some(done),
+        Err(p) => {
             let meta = p.meta.clone();
-            let events = change_events(&shared.sink, &p, &result, now);
-            let transition = commit_then_apply(&shared, p, events, now).await;
+            let events = change_events(&shared.sink, &p, result, now);
+            let transition = commit_then_apply(shared, p, events, now).await;
             shared.poke();
-            Some((transition, meta))
-        }
-        None => None,
-    };
-    if let Some((transition, meta)) = &info {
-        emit_poll_events(&shared, &key, meta, transition, &result, elapsed, forward, now);
-        if matches!(transition.dead_letter, Some(DeadLetterMove::Entered(_))) {
-            shared.latest.park(&key);
-        }
-        if let Ok(ok) = &result
-            && keeps_latest
-        {
-            if fresh_for.is_none() {
-                // The completion was committed first (a dead letter left).
-                fresh_for = stale_after(&shared.sched());
-            }
-            if let Some(stale_after) = fresh_for {
-                if waiting_for_facts && let Some(json) = &ok.json {
-                    shared.latest.wait_for_facts(
-                        &key,
-                        latest::Waiting {
-                            json: json.clone(),
-                            polled_at: now,
-                            stale_after,
-                        },
-                    );
-                } else if extracted.is_some() {
-                    shared.latest.stop_waiting(&key);
-                }
-                shared.latest.record(
-                    &key,
-                    latest::Fresh {
-                        samples: extracted.map(|(samples, fingerprint, _)| (samples, fingerprint)),
-                        bodies: ok.kept_body.as_ref(),
-                        failed_items: &ok.failed_items,
-                        polled_at: now,
-                        stale_after,
-                    },
-                );
-            }
+            let fresh_for = if keeps_latest {
+                stale_after(&shared.core().scheduler)
+            } else {
+                None
+            };
+            Some(Completed {
+                transition,
+                meta,
+                fresh_for,
+            })
         }
     }
-    if let Some((transition, meta)) = info {
-        shared.minute_polls.fetch_add(1, Ordering::Relaxed);
-        if result.is_err() {
-            shared.minute_errors.fetch_add(1, Ordering::Relaxed);
-        }
-        shared.metrics.observe_poll(
-            &meta.type_name,
-            &key,
-            elapsed.as_secs_f64(),
-            result.as_ref().err().map(|e| e.category),
+}
+
+/// A successful answer's samples and kept bodies to the latest-values
+/// cache, or held back while they wait for a fact.
+fn record_latest(
+    shared: &Shared,
+    key: &TaskKey,
+    result: &PollResult,
+    extracted: Option<Extracted>,
+    now: Timestamp,
+    stale_after: Duration,
+) {
+    let Ok(ok) = result else { return };
+    if extracted.as_ref().is_some_and(|x| x.waiting_for_facts)
+        && let Some(json) = &ok.json
+    {
+        shared.latest.wait_for_facts(
+            key,
+            latest::Waiting {
+                json: json.clone(),
+                polled_at: now,
+                stale_after,
+            },
         );
-        log_transition(&key, &transition, &result);
+    } else if extracted.is_some() {
+        shared.latest.stop_waiting(key);
     }
-    if let Ok(ok) = result {
-        if let Some(facts) = ok.facts {
-            learn_facts(&shared, &catalog, &key, facts);
-        }
-        if let Some(shape) = ok.shape {
-            shared.learn_shape(&key, shape);
-        }
+    shared.latest.record(
+        key,
+        latest::Fresh {
+            samples: extracted.map(|x| (x.samples, x.fingerprint)),
+            bodies: ok.kept_body.as_ref(),
+            failed_items: &ok.failed_items,
+            polled_at: now,
+            stale_after,
+        },
+    );
+}
+
+/// The poll in the minute's history, the metrics and the log.
+fn observe(shared: &Shared, key: &TaskKey, done: &Completed, o: &Outcome) {
+    shared.minute_polls.fetch_add(1, Ordering::Relaxed);
+    if o.result.is_err() {
+        shared.minute_errors.fetch_add(1, Ordering::Relaxed);
     }
+    shared.metrics.observe_poll(
+        &done.meta.type_name,
+        key,
+        o.elapsed.as_secs_f64(),
+        o.result.as_ref().err().map(|e| e.category),
+    );
+    log_transition(key, &done.transition, &o.result);
 }
 
 /// A group gave facts about its instance: keep them, and run the rules of
@@ -230,7 +320,7 @@ fn extract_values(
     catalog: &Catalog,
     target: &crate::core::catalog::Target,
     ok: &crate::model::PollSuccess,
-) -> Option<(Vec<crate::values::Sample>, u64, bool)> {
+) -> Option<Extracted> {
     let group = target.group();
     let rules = catalog.values.group(target.type_name(), &group.name)?;
     let facts = if rules.uses_facts {
@@ -240,7 +330,21 @@ fn extract_values(
     };
     let out = rules.run(ok.json.as_ref()?, facts.as_deref());
     count_skips(shared, target.type_name(), &group.name, &out);
-    Some((out.samples, rules.fingerprint, out.waiting_for_facts))
+    Some(Extracted {
+        samples: out.samples,
+        fingerprint: rules.fingerprint,
+        waiting_for_facts: out.waiting_for_facts,
+    })
+}
+
+/// What a group's value rules made of one answer.
+struct Extracted {
+    samples: Vec<crate::values::Sample>,
+    /// The rules' fingerprint: samples of other rules are not mixed in.
+    fingerprint: u64,
+    /// Some rule names a fact the instance has not learned yet: the answer
+    /// waits for it (see [`latest::Waiting`]).
+    waiting_for_facts: bool,
 }
 
 /// The poll event of one finished poll, to the sink's memory queue (best
@@ -327,7 +431,8 @@ pub(super) async fn commit_then_apply(
     let _w = shared.write_lock.lock().await;
     let row = vec![(p.key.clone(), Some(p.record.clone()))];
     let result = shared.write_tasks(row, events).await;
-    let mut s = shared.sched();
+    let mut c = shared.core();
+    let s = &mut c.scheduler;
     match result {
         Ok(()) => {
             let transition = p.transition.clone();
