@@ -6,8 +6,12 @@
 //! health API, within its instance timeout, and none may hold a worker for
 //! longer: with a small worker pool, a healthy instance polled alongside
 //! keeps its cadence the whole time.
+//!
+//! `connections`: hostile clients of the appliance's own two listeners.
 
 mod common;
+#[path = "hostile/connections.rs"]
+mod connections;
 
 use common::*;
 use pollster::fleet::Behaviour;
