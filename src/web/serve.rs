@@ -71,7 +71,7 @@ pub const MAX_BUF: usize = 64 * 1024;
 /// the UI/API listener's per-client cap when that is smaller. One client at
 /// its cap leaves three quarters to a Prometheus pair and everyone else.
 pub fn metrics_per_client(ui_per_client: usize) -> usize {
-    ui_per_client.min(METRICS_MAX_CONNECTIONS / 4).max(1)
+    ui_per_client.clamp(1, METRICS_MAX_CONNECTIONS / 4)
 }
 
 #[derive(Debug, Clone)]
@@ -505,7 +505,7 @@ mod tests {
         let _a = admit(&table, ip("10.0.0.1"), &l).expect("slot again");
         drop(b);
         assert!(
-            lock(&table).by_client.get(&ip("10.0.0.2")).is_none(),
+            !lock(&table).by_client.contains_key(&ip("10.0.0.2")),
             "no entry left behind"
         );
         assert_eq!(lock(&table).total, 2);
