@@ -73,6 +73,8 @@ pub struct Application {
     metrics_addr: SocketAddr,
     proxies: Vec<ipnet::IpNet>,
     max_connections: usize,
+    max_connections_per_client: usize,
+    connection_timeouts: crate::config::ConnectionTimeouts,
     setup_code: Option<web::SetupCode>,
     /// What the Security page lists as protections.
     posture: web::posture::Posture,
@@ -321,6 +323,8 @@ impl Application {
             metrics_addr,
             proxies: config.server.proxy_nets(),
             max_connections: config.server.max_connections,
+            max_connections_per_client: config.server.max_connections_per_client,
+            connection_timeouts: config.server.connection_timeouts,
             setup_code,
             posture: web::posture::Posture {
                 ui_tls: tls.api.is_some(),
@@ -394,14 +398,20 @@ impl Application {
             },
             "listening"
         );
+        // The per-client cap is on the socket's peer: a trusted proxy is one
+        // peer for everyone behind it, so it is held to the total alone.
+        let rejected = state.engine.metrics().connections_rejected.clone();
         let api = tokio::spawn(web::serve::serve(
             self.api,
             web::router(state.clone()),
             web::serve::Limits {
                 max_connections: self.max_connections,
-                header_timeout: web::serve::HEADER_TIMEOUT,
+                max_connections_per_client: self.max_connections_per_client,
+                exempt: self.proxies.clone(),
+                timeouts: self.connection_timeouts,
             },
             api_tls,
+            web::serve::Rejections::new("ui", rejected.clone()),
             stop_rx.clone(),
         ));
         let metrics = tokio::spawn(web::serve::serve(
@@ -409,9 +419,12 @@ impl Application {
             web::metrics_router(state, self.metrics_auth),
             web::serve::Limits {
                 max_connections: web::serve::METRICS_MAX_CONNECTIONS,
-                header_timeout: web::serve::HEADER_TIMEOUT,
+                max_connections_per_client: web::serve::metrics_per_client(self.max_connections_per_client),
+                exempt: self.proxies.clone(),
+                timeouts: self.connection_timeouts,
             },
             metrics_tls,
+            web::serve::Rejections::new("metrics", rejected),
             stop_rx,
         ));
         shutdown.await;

@@ -137,6 +137,12 @@ pub(super) const SERVER_VARS: &[EnvVar<ServerConfig>] = &[
     flat!("POLLSTER_TRUST_PROXY", "server", trust_proxy, parse_bool),
     flat!("POLLSTER_TRUSTED_PROXIES", "server", trusted_proxies, parse_list),
     flat!("POLLSTER_MAX_CONNECTIONS", "server", max_connections, parse_whole),
+    flat!(
+        "POLLSTER_MAX_CONNECTIONS_PER_CLIENT",
+        "server",
+        max_connections_per_client,
+        parse_whole
+    ),
     flat!("POLLSTER_TLS_CERT", "server", tls_cert, parse_opt_path),
     flat!("POLLSTER_TLS_KEY", "server", tls_key, parse_opt_path),
     flat!("POLLSTER_METRICS_TLS_CERT", "server", metrics_tls_cert, parse_opt_path),

@@ -26,7 +26,10 @@ mod validate;
 
 pub use env::{EnvOverrides, known_env_vars};
 pub use error::{ConfigError, ENVIRONMENT};
-pub use server::{DEFAULT_MAX_CONNECTIONS, MetricsAuth, ServerConfig, parse_net};
+pub use server::{
+    ConnectionTimeouts, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_WRITE_TIMEOUT, MetricsAuth, ServerConfig, parse_net,
+};
 pub use sink::SinkConfig;
 pub use validate::validate_pins;
 

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// `[server]`: listeners and the data directory. Not editable at run time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,10 +27,16 @@ pub struct ServerConfig {
     /// addresses or CIDR ranges (`10.0.0.5`, `10.1.0.0/16`, `::1`). A request
     /// whose peer is not in the list is taken at its socket address.
     pub trusted_proxies: Vec<String>,
-    /// Connections the web UI and API listener serves at once; more wait in
-    /// the kernel's backlog until one ends (the metrics listener has its own,
+    /// Connections the web UI and API listener serves at once; one more is
+    /// accepted and closed at once (the metrics listener has its own,
     /// smaller cap).
     pub max_connections: usize,
+    /// Connections one client (an IPv4 address, an IPv6 /64) may hold at
+    /// once on the UI/API listener; one more is accepted and closed at once.
+    /// The metrics listener allows a quarter of its own cap per client, or
+    /// this when smaller. A trusted proxy (`trusted_proxies`) speaks for
+    /// many clients and is held to `max_connections` alone.
+    pub max_connections_per_client: usize,
     /// Certificate (PEM, the chain after the server's own) for HTTPS on the
     /// UI/API listener; with `tls_key`, or neither.
     pub tls_cert: Option<PathBuf>,
@@ -41,6 +48,37 @@ pub struct ServerConfig {
     pub metrics_tls_key: Option<PathBuf>,
     /// Who may read `/metrics` and `/values`.
     pub metrics_auth: MetricsAuth,
+    /// How long a connection may stall. Not a key of the file (the values
+    /// are the product's); tests shorten them.
+    #[serde(skip)]
+    pub connection_timeouts: ConnectionTimeouts,
+}
+
+/// The times after which either listener closes a connection that stalls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionTimeouts {
+    /// To send a whole request head, counted from the moment the server
+    /// waits for one: on a new connection, and between requests on a
+    /// kept-alive one (so this is the idle timeout too). Also the TLS
+    /// handshake's.
+    pub header: Duration,
+    /// For a response write to make progress: a client that stops reading
+    /// (and lets its receive window fill) is closed after this.
+    pub write: Duration,
+}
+
+/// [`ConnectionTimeouts::header`] as shipped.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// [`ConnectionTimeouts::write`] as shipped.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Default for ConnectionTimeouts {
+    fn default() -> Self {
+        ConnectionTimeouts {
+            header: DEFAULT_HEADER_TIMEOUT,
+            write: DEFAULT_WRITE_TIMEOUT,
+        }
+    }
 }
 
 /// `server.metrics_auth`: `none` (anyone who reaches the listener, as
@@ -128,14 +166,20 @@ impl Default for ServerConfig {
             trust_proxy: false,
             trusted_proxies: Vec::new(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
             tls_cert: None,
             tls_key: None,
             metrics_tls_cert: None,
             metrics_tls_key: None,
             metrics_auth: MetricsAuth::None,
+            connection_timeouts: ConnectionTimeouts::default(),
         }
     }
 }
 
 /// Default `server.max_connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// Default `server.max_connections_per_client`: room for a few browsers
+/// (six connections each) behind one address, and for scripts; eight such
+/// clients fill the UI/API listener's default cap.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 64;

@@ -932,6 +932,7 @@ fn known_env_vars_cover_every_scalar_setting() {
         "POLLSTER_TRUST_PROXY",
         "POLLSTER_TRUSTED_PROXIES",
         "POLLSTER_MAX_CONNECTIONS",
+        "POLLSTER_MAX_CONNECTIONS_PER_CLIENT",
         "POLLSTER_TLS_CERT",
         "POLLSTER_TLS_KEY",
         "POLLSTER_METRICS_TLS_CERT",
@@ -943,7 +944,7 @@ fn known_env_vars_cover_every_scalar_setting() {
         assert!(known.contains(&var), "{var} missing");
     }
     // And nothing else.
-    assert_eq!(known.len(), 22 + 11 + 6 + 2);
+    assert_eq!(known.len(), 22 + 12 + 6 + 2);
 }
 
 #[test]
@@ -1028,6 +1029,37 @@ fn the_environment_applies_over_a_sink_saved_from_the_ui() {
     let c = load(None, &env_of(&[("POLLSTER_SINK_URL", "http://env:3/")])).expect("loads");
     assert_eq!(c.env.apply_sink(None).map(|s| s.url), Some("http://env:3/".to_string()));
     assert_eq!(load(None, &no_env()).expect("loads").env.apply_sink(None), None);
+}
+
+// ---------------------------------------------------------------- connection caps
+
+#[test]
+fn the_per_client_connection_cap_is_in_range_from_the_file_and_the_environment() {
+    let c = load(None, &no_env()).expect("loads");
+    assert_eq!(
+        c.server.max_connections_per_client,
+        crate::config::DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+    );
+    for bad in ["0", "65537"] {
+        let e = expect_file_error(
+            &format!("[server]\nmax_connections_per_client = {bad}\n"),
+            "server.max_connections_per_client",
+            bad,
+        );
+        assert!(e.message.contains("between 1 and 65536"), "{e}");
+        expect_env_error(
+            "",
+            &[("POLLSTER_MAX_CONNECTIONS_PER_CLIENT", bad)],
+            "POLLSTER_MAX_CONNECTIONS_PER_CLIENT",
+            bad,
+        );
+    }
+    let (_tc, c) = load_text("[server]\nmax_connections_per_client = 4\n", &no_env());
+    assert_eq!(c.expect("loads").server.max_connections_per_client, 4);
+    let (_tc, c) = load_text("", &env_of(&[("POLLSTER_MAX_CONNECTIONS_PER_CLIENT", "7")]));
+    assert_eq!(c.expect("loads").server.max_connections_per_client, 7);
+    // The timeouts are the product's, not the file's.
+    expect_file_error("[server]\nconnection_timeouts = 1\n", "server.connection_timeouts", "1");
 }
 
 // ---------------------------------------------------------------- TLS and scrapes

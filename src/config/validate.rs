@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// `[server]`, or the environment's values for it: a data directory, proxies
-/// that parse, a connection cap in range.
+/// that parse, connection caps in range.
 pub(super) fn validate_server(file: &str, s: &ServerConfig) -> Result<(), ConfigError> {
     if s.data_dir.as_os_str().is_empty() {
         let key = if file == ENVIRONMENT {
@@ -39,6 +39,14 @@ pub(super) fn validate_server(file: &str, s: &ServerConfig) -> Result<(), Config
             file,
             key,
             s.max_connections.to_string(),
+            "must be between 1 and 65536",
+        ));
+    }
+    if !(1..=65_536).contains(&s.max_connections_per_client) {
+        return Err(ConfigError::new(
+            file,
+            server_key(file, "max_connections_per_client"),
+            s.max_connections_per_client.to_string(),
             "must be between 1 and 65536",
         ));
     }

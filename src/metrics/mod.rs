@@ -47,7 +47,16 @@ pub struct Metrics {
     pub logins: IntCounterVec,
     /// Samples value rules could not make, by type, group, metric and reason.
     pub values_errors: IntCounterVec,
+    /// Connections a listener refused or closed for a limit, by listener and
+    /// reason ([`CONNECTION_LISTENERS`], [`CONNECTION_REASONS`]).
+    pub connections_rejected: IntCounterVec,
 }
+
+/// The `listener` label of `pollster_http_connections_rejected_total`.
+pub const CONNECTION_LISTENERS: &[&str] = &["ui", "metrics"];
+/// Its `reason` label: refused at accept (`full`, `per_client`) or closed
+/// while it stalled (`idle`, `header_timeout`, `write_timeout`).
+pub const CONNECTION_REASONS: &[&str] = &["full", "per_client", "idle", "header_timeout", "write_timeout"];
 
 impl Metrics {
     pub fn new(
@@ -105,6 +114,24 @@ impl Metrics {
             &["type", "group", "metric", "reason"],
         )?;
         registry.register(Box::new(values_errors.clone()))?;
+        let connections_rejected = IntCounterVec::new(
+            Opts::new(
+                "pollster_http_connections_rejected_total",
+                "Connections a listener (ui or metrics) refused or closed for a limit, by reason: \
+                 full (accepted and closed at once: max_connections were open), per_client (the same, \
+                 the client's address held its max_connections_per_client), idle (no byte of a request \
+                 within the header timeout, on a new or a kept-alive connection), header_timeout (a \
+                 request head or TLS handshake begun and not finished in time) and write_timeout (a \
+                 response write made no progress in time: the client stopped reading).",
+            ),
+            &["listener", "reason"],
+        )?;
+        for l in CONNECTION_LISTENERS {
+            for r in CONNECTION_REASONS {
+                connections_rejected.with_label_values(&[l, r]);
+            }
+        }
+        registry.register(Box::new(connections_rejected.clone()))?;
         let poll = Arc::new(PollSeries::new()?);
         let dispatch_lateness = prometheus::Histogram::with_opts(
             HistogramOpts::new(
@@ -127,6 +154,7 @@ impl Metrics {
             budget_wait,
             logins,
             values_errors,
+            connections_rejected,
         })
     }
 

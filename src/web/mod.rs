@@ -402,7 +402,20 @@ pub fn metrics_router(state: AppState, auth: crate::config::MetricsAuth) -> Rout
             auth::require_scrape_token,
         ));
     }
-    scrapes.route("/healthz", get(api::health::healthz)).with_state(state)
+    scrapes
+        .route("/healthz", get(api::health::healthz))
+        .layer(axum::middleware::map_response(scrape_headers))
+        .with_state(state)
+}
+
+/// The metrics listener's answers are never sniffed as another type nor
+/// kept in a cache (a proxy's or a browser's) for someone else to read.
+async fn scrape_headers(mut resp: axum::response::Response) -> axum::response::Response {
+    use axum::http::HeaderValue;
+    let h = resp.headers_mut();
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
 }
 
 #[derive(Debug, serde::Deserialize)]

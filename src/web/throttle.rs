@@ -51,7 +51,7 @@ impl Refusal {
 }
 
 /// What one client is counted by: an IPv4 address, or an IPv6 /64.
-fn client_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => {
             let s = v6.segments();

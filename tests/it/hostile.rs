@@ -6,8 +6,11 @@
 //! health API, within its instance timeout, and none may hold a worker for
 //! longer: with a small worker pool, a healthy instance polled alongside
 //! keeps its cadence the whole time.
+//!
+//! `connections`: hostile clients of the appliance's own two listeners.
 
 use crate::common;
+mod connections;
 
 use common::*;
 use pollster::fleet::Behaviour;

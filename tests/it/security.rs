@@ -530,7 +530,7 @@ async fn half_sent_requests_are_cut_off_and_connections_are_capped() {
     .await;
     let addr: SocketAddr = app.addr;
     // The cap: eight connections that never finish their request hold every
-    // slot, and a ninth client waits.
+    // slot, and a ninth is refused (closed at once: see tests/hostile).
     let mut slow = Vec::new();
     for _ in 0..8 {
         let mut s = TcpStream::connect(addr).await.expect("connect");
