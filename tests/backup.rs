@@ -382,18 +382,21 @@ fn a_hostile_work_factor_is_refused_before_any_key_is_derived() {
 
 #[test]
 fn a_large_backup_restores_in_flat_memory_and_every_cli_action_is_audited() {
-    const BLOB_MIB: usize = 64;
+    // Ten documents of just under 4 MiB: some 40 MiB in ten commits.
+    const DOCS: usize = 10;
     let work = tempfile::tempdir().expect("tempdir");
     let data = work.path().join("data");
     let d = data.to_str().expect("utf-8");
     let (code, text) = run(&["admin", "create-token", "--name", "t", "--data-dir", d]);
     assert_eq!(code, 0, "{text}");
+    // Rotated while the database is small (a rotation rewrites all of it).
+    let (code, text) = run(&["admin", "rotate-key", "--data-dir", d]);
+    assert_eq!(code, 0, "{text}");
     {
-        // Settings documents of 1 MiB each: a database of some size.
         let (_, key) = pollster::secrets::unlock(&data, None).expect("key");
         let store = pollster::store::Store::open_with_key(&data, key).expect("store");
-        let blob = "x".repeat(1 << 20);
-        for i in 0..BLOB_MIB {
+        let blob = "x".repeat((4 << 20) - (64 << 10));
+        for i in 0..DOCS {
             store
                 .put_settings(&format!("bulk-{i}"), &json!({ "blob": blob }))
                 .expect("settings");
@@ -425,14 +428,16 @@ fn a_large_backup_restores_in_flat_memory_and_every_cli_action_is_audited() {
     let (code, text) = run(&["admin", "backup", "--passphrase-file", p, "--out", f, "--data-dir", d]);
     assert_eq!(code, 0, "{text}");
     let size_mib = std::fs::metadata(&file).expect("backup").len() >> 20;
-    assert!(size_mib >= BLOB_MIB as u64, "{size_mib} MiB");
-    let (code, text) = run(&["admin", "rotate-key", "--data-dir", d]);
-    assert_eq!(code, 0, "{text}");
+    assert!(size_mib >= 4 * DOCS as u64 - 2, "{size_mib} MiB");
     let audit = audit_of(&data);
     let actions: Vec<(&str, &str)> = audit.iter().map(|(a, who, _, _)| (a.as_str(), who.as_str())).collect();
-    assert_eq!(actions, [("backup.create", "cli"), ("key.rotate", "cli")], "{audit:?}");
-    assert_eq!(audit[0].2, f, "the target is the backup written");
-    assert_eq!(audit[0].3, None, "no source address from the CLI");
+    assert_eq!(actions, [("key.rotate", "cli"), ("backup.create", "cli")], "{audit:?}");
+    assert!(
+        audit[0].2.ends_with("secret.key"),
+        "the target is the key file: {audit:?}"
+    );
+    assert_eq!(audit[1].2, f, "the target is the backup written");
+    assert_eq!(audit[1].3, None, "no source address from the CLI");
 
     // Restored into a new data directory: under flat memory, and the
     // restored database records the restore after what the backup held.
@@ -460,9 +465,11 @@ fn a_large_backup_restores_in_flat_memory_and_every_cli_action_is_audited() {
         m.code, m.peak_mib, m.secs
     );
     assert_eq!(m.code, 0, "{}", m.text);
-    assert!(m.peak_mib < 256, "peak {} MiB", m.peak_mib);
+    // scrypt's 64 MiB and two 16 MiB page caches, whatever the size: the
+    // old restore held the file, its inside and a copy (some five times
+    // the backup's size).
     assert!(
-        m.peak_mib < size_mib * 2,
+        m.peak_mib < 128 && m.peak_mib < size_mib * 3,
         "peak {} MiB: the {size_mib} MiB backup was held in memory",
         m.peak_mib
     );
@@ -471,8 +478,13 @@ fn a_large_backup_restores_in_flat_memory_and_every_cli_action_is_audited() {
         .iter()
         .map(|(a, who, _, _)| (a.as_str(), who.as_str()))
         .collect();
-    assert_eq!(actions, [("backup.restore", "cli")], "{restored:?}");
-    assert_eq!(restored[0].2, f);
+    // The backup holds the rotation's row; the restore's comes after it.
+    assert_eq!(
+        actions,
+        [("key.rotate", "cli"), ("backup.restore", "cli")],
+        "{restored:?}"
+    );
+    assert_eq!(restored[1].2, f);
     let left: Vec<_> = std::fs::read_dir(&fresh)
         .expect("ls")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
