@@ -263,6 +263,8 @@ fn run_measured(args: &[&str], cap_mib: u64) -> Measured {
         });
     }
     let started = std::time::Instant::now();
+    // Reaped by wait4 below, which also gives its resource usage.
+    #[allow(clippy::zombie_processes)]
     let child = cmd.spawn().expect("binary runs");
     let mut status = 0;
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
