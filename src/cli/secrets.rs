@@ -1,12 +1,55 @@
 //! `pollster admin rotate-key`, `backup` and `restore`: the data key and the
-//! encrypted backup, on a stopped server's data directory.
+//! encrypted backup, on a stopped server's data directory. Each is recorded
+//! in the audit trail of the database it works on, with the actor `cli`
+//! (a restore in the restored database, with the restore itself).
 
 use std::path::{Path, PathBuf};
 
 use super::{DataDirArgs, EXIT_CONFIG, Failure, fail, load_config};
+use crate::model::Timestamp;
 use crate::secrets::backup::{self, BackupError};
 use crate::secrets::{DataKey, KEY_FILE_ENV, KeyError, KeyFile, with_suffix};
-use crate::store::{Store, StoreError};
+use crate::sink::event::Event;
+use crate::store::{AuditStamp, OutboxEvent, Store, StoreError};
+
+/// The actor of the CLI's actions in the audit trail.
+const CLI_ACTOR: &str = "cli";
+
+/// Free space a restore keeps beyond the plaintext and the sealed copy.
+const RESTORE_SPARE_BYTES: u64 = 16 << 20;
+
+/// The audit row of a CLI action: no source address (there is no request).
+/// It is for the sink too: the server delivers it when it starts with one,
+/// and clears it with the rest of the outbox when it starts without.
+fn cli_row(action: &str, target: &str) -> OutboxEvent {
+    let event = Event::operator(Timestamp::now(), CLI_ACTOR, action, target);
+    let mut row = event.to_outbox(&mut rand::rng());
+    row.audit = Some(AuditStamp {
+        time: event.time,
+        source: None,
+    });
+    row
+}
+
+/// Removes a work file when dropped: the plaintext inside of a backup must
+/// not outlive the command, whatever way it ends.
+struct WorkFile(PathBuf);
+
+impl Drop for WorkFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A new file only its owner can read (any stale one is replaced).
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    let _ = std::fs::remove_file(path);
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true).write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    opts.open(path)
+}
 
 fn config_failure(message: impl Into<String>) -> Failure {
     Failure {
@@ -54,7 +97,12 @@ fn open_sealed(dir: &DataDirArgs) -> Result<(Store, KeyFile), Failure> {
 fn read_passphrase(path: &Path) -> Result<String, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| config_failure(format!("cannot read the passphrase file {}: {e}", path.display())))?;
-    let pass = text.lines().next().unwrap_or_default().to_string();
+    let pass = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches('\r')
+        .to_string();
     backup::check_passphrase(&pass).map_err(|e| config_failure(format!("{}: {e}", path.display())))?;
     Ok(pass)
 }
@@ -93,7 +141,8 @@ pub fn rotate_key(dir: &DataDirArgs) -> Result<String, Failure> {
     };
     write(&new_path, new.to_file_text().as_bytes())?;
     write(&old_path, &old_text)?;
-    let n = match store.reseal(&new) {
+    let row = cli_row("key.rotate", &file.path.display().to_string());
+    let n = match store.reseal_with_events(&new, &[row]) {
         Ok(n) => n,
         Err(e) => {
             let _ = std::fs::remove_file(&new_path);
@@ -121,35 +170,88 @@ pub fn rotate_key(dir: &DataDirArgs) -> Result<String, Failure> {
     ))
 }
 
-/// Writes an encrypted backup of a stopped server's database to `out`.
+/// Writes an encrypted backup of a stopped server's database to `out`. The
+/// copy goes through a work file in the data directory, not memory.
 pub fn backup(dir: &DataDirArgs, passphrase_file: &Path, out: &Path) -> Result<String, Failure> {
     let pass = read_passphrase(passphrase_file)?;
     let (store, _) = open_sealed(dir)?;
-    let plain = store.backup_bytes()?;
-    drop(store);
-    let file = backup::encrypt(&plain, &pass).map_err(|e| fail(e.to_string()))?;
+    let work = WorkFile(with_suffix(store.path(), &format!(".backup-{}", std::process::id())));
+    store.backup_to(&work.0)?;
     let partial = with_suffix(out, ".partial");
-    write_private(&partial, &file)
-        .and_then(|()| std::fs::rename(&partial, out))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&partial);
-            fail(format!("cannot write {}: {e}", out.display()))
-        })?;
+    let written = std::fs::File::open(&work.0)
+        .and_then(|plain| create_private(&partial).map(|f| (plain, f)))
+        .map_err(|e| e.to_string())
+        .and_then(|(plain, f)| {
+            let mut w = std::io::BufWriter::new(f);
+            backup::encrypt_to(std::io::BufReader::new(plain), &mut w, &pass).map_err(|e| e.to_string())?;
+            let f = w.into_inner().map_err(|e| e.to_string())?;
+            f.sync_all().map_err(|e| e.to_string())
+        })
+        .and_then(|()| std::fs::rename(&partial, out).map_err(|e| e.to_string()));
+    drop(work);
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(fail(format!("cannot write {}: {e}", out.display())));
+    }
     sync_parent(out);
+    store.append_outbox(&[cli_row("backup.create", &out.display().to_string())])?;
     Ok(format!("wrote an encrypted backup to {}\n", out.display()))
 }
 
 /// Replaces a stopped server's database with the backup in `file`, after
 /// checking all of it; its credentials are sealed under this data
-/// directory's key (made now if there is none yet).
+/// directory's key (made now if there is none yet). The inside is streamed
+/// to a work file in the data directory (never held in memory), refused
+/// when the disk cannot hold it and its sealed copy.
 pub fn restore(dir: &DataDirArgs, file: &Path, passphrase_file: &Path) -> Result<String, Failure> {
     let pass = read_passphrase(passphrase_file)?;
     let (data_dir, env) = locate(dir)?;
-    let bytes = std::fs::read(file).map_err(|e| config_failure(format!("cannot read {}: {e}", file.display())))?;
-    let plain = backup::decrypt(&bytes, &pass).map_err(|e| backup_failure(file, e))?;
+    let existed = data_dir.exists();
+    let result = restore_into(&data_dir, env.as_deref(), file, &pass);
+    if result.is_err() && !existed {
+        // Only if still empty: nothing of the failed restore is left.
+        let _ = std::fs::remove_dir(&data_dir);
+    }
+    result
+}
+
+fn restore_into(data_dir: &Path, env: Option<&Path>, file: &Path, pass: &str) -> Result<String, Failure> {
+    let cannot_read = |e: std::io::Error| config_failure(format!("cannot read {}: {e}", file.display()));
+    let input = std::fs::File::open(file).map_err(cannot_read)?;
+    let size = input.metadata().map_err(cannot_read)?.len();
     // Refused now, not after the work, while a server holds the database.
-    crate::store::check_not_in_use(&data_dir)?;
-    let key_file = KeyFile::locate(&data_dir, env.as_deref());
+    crate::store::check_not_in_use(data_dir)?;
+    let mut mkdir = std::fs::DirBuilder::new();
+    mkdir.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut mkdir, 0o700);
+    mkdir
+        .create(data_dir)
+        .map_err(|e| fail(format!("cannot create {}: {e}", data_dir.display())))?;
+    // The inside is no larger than the file (age adds a tag to every
+    // chunk); the disk holds it and the sealed copy at once.
+    let free = crate::store::free_space(data_dir).map_err(|e| fail(format!("{}: {e}", data_dir.display())))?;
+    let need = size.saturating_mul(2).saturating_add(RESTORE_SPARE_BYTES);
+    if free < need {
+        return Err(config_failure(format!(
+            "{}: restoring needs about {} MiB free in {} (the inside of the backup and its sealed copy), \
+             and {} MiB are; nothing was changed",
+            file.display(),
+            need >> 20,
+            data_dir.display(),
+            free >> 20
+        )));
+    }
+    let plain = WorkFile(data_dir.join(format!("{}.restore-plain", crate::store::FILE_NAME)));
+    let out = create_private(&plain.0).map_err(|e| fail(format!("cannot write {}: {e}", plain.0.display())))?;
+    let mut w = std::io::BufWriter::new(out);
+    backup::decrypt_to(std::io::BufReader::new(input), &mut w, pass, size)
+        .and_then(|_| w.into_inner().map_err(|e| BackupError::Io(e.into_error())).map(drop))
+        .map_err(|e| match e {
+            BackupError::Io(e) => fail(format!("cannot write {}: {e}; nothing was changed", plain.0.display())),
+            other => backup_failure(file, other),
+        })?;
+    let key_file = KeyFile::locate(data_dir, env);
     let (key, new_key) = match key_file.read().map_err(key_failure)? {
         Some(k) => (k, false),
         None if key_file.from_env => {
@@ -157,7 +259,8 @@ pub fn restore(dir: &DataDirArgs, file: &Path, passphrase_file: &Path) -> Result
         }
         None => (DataKey::generate().map_err(fail)?, true),
     };
-    let checked = crate::store::check_backup(plain, &key).map_err(|e| match e {
+    let row = cli_row("backup.restore", &file.display().to_string());
+    let checked = crate::store::check_backup(&plain.0, &key, data_dir, &[row]).map_err(|e| match e {
         StoreError::Corrupt { .. }
         | StoreError::Sealed { .. }
         | StoreError::NewerSchema { .. }
@@ -167,13 +270,14 @@ pub fn restore(dir: &DataDirArgs, file: &Path, passphrase_file: &Path) -> Result
         )),
         other => other.into(),
     })?;
+    drop(plain);
     if new_key {
         if let Some(parent) = key_file.path.parent() {
             let _ = std::fs::create_dir_all(parent);
         }
         KeyFile::create_at(&key_file.path, &key).map_err(key_failure)?;
     }
-    let restored = checked.install(&data_dir)?;
+    let restored = checked.install(data_dir)?;
     Ok(format!(
         "restored {} instance(s) and {} task record(s) from {} into {}{}\n",
         restored.instances,

@@ -146,6 +146,11 @@ impl InstanceConfig {
                 "must be 64 hex digits (SHA-256), colons allowed",
             ));
         }
+        if let Some((field, secret)) = self.auth.secret()
+            && secret.expose() == HIDDEN
+        {
+            return Err(FieldError::new(field, HIDDEN, HIDDEN_WITHOUT_VALUE));
+        }
         match &self.auth {
             Auth::None {} => {}
             Auth::Bearer { token } if token.is_empty() || !header_safe(token.expose()) => {
@@ -220,9 +225,42 @@ impl InstanceConfig {
     }
 }
 
-/// An `http://` or `https://` URL with a host.
+/// Why `(hidden)` is refused where no stored value stands behind it: it
+/// is what the API shows for a secret, never a secret itself.
+pub const HIDDEN_WITHOUT_VALUE: &str =
+    "(hidden) stands for a stored secret, and there is none to keep here; give the value itself";
+
+impl Auth {
+    /// The secret of this kind of authentication and the field naming it.
+    pub fn secret(&self) -> Option<(&'static str, &Secret)> {
+        match self {
+            Auth::None {} => None,
+            Auth::Bearer { token } => Some(("auth.token", token)),
+            Auth::Header { value, .. } => Some(("auth.value", value)),
+            Auth::Basic { password, .. } => Some(("auth.password", password)),
+            Auth::PveToken { secret, .. } => Some(("auth.secret", secret)),
+        }
+    }
+
+    /// The secret, mutably (see [`Auth::secret`]).
+    pub fn secret_mut(&mut self) -> Option<&mut Secret> {
+        match self {
+            Auth::None {} => None,
+            Auth::Bearer { token } => Some(token),
+            Auth::Header { value, .. } => Some(value),
+            Auth::Basic { password, .. } => Some(password),
+            Auth::PveToken { secret, .. } => Some(secret),
+        }
+    }
+}
+
+/// An `http://` or `https://` URL with a host, and no `(hidden)` password
+/// (one an edit did not replace by the stored password).
 pub fn check_http_url(field: &str, url: &str) -> Result<(), FieldError> {
     match reqwest::Url::parse(url) {
+        Ok(u) if matches!(u.password(), Some(p) if p == HIDDEN || p.eq_ignore_ascii_case("%28hidden%29")) => {
+            Err(FieldError::new(field, url, HIDDEN_WITHOUT_VALUE))
+        }
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => Ok(()),
         Ok(_) => Err(FieldError::new(
             field,

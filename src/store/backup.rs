@@ -2,28 +2,33 @@
 //! of a redb file that the caller encrypts (`crate::secrets::backup`).
 //!
 //! A backup copies every table from ONE read transaction (a single
-//! committed snapshot) while writers carry on, into a redb file built in
-//! memory: its credentials in plaintext (format 1, see `sealing`), so the
-//! passphrase of the encrypted file is all a restore on another machine
-//! needs, and never on disk. The sessions table is created empty: a backup
-//! must never log anyone in (login throttling lives in memory and is never
-//! stored at all).
+//! committed snapshot) while writers carry on, into a redb file of its own
+//! ([`Store::backup_to`]): its credentials in plaintext (format 1, see
+//! `sealing`), so the passphrase of the encrypted file is all a restore on
+//! another machine needs. That file is a work file in the data directory
+//! (mode 0600, removed as soon as it is encrypted): the database is never
+//! held in memory, whatever its size. The sessions table is created empty:
+//! a backup must never log anyone in (login throttling lives in memory and
+//! is never stored at all).
 //!
 //! A restore checks the whole copy (the file opens, its schema is one this
-//! release reads, every credential record decodes) and seals its
-//! credentials under this machine's key, all in memory, before it writes a
-//! file beside the database and renames it into place: the database is
-//! either the old file or the complete new one.
+//! release reads, every credential record decodes), seals its credentials
+//! under this machine's key and copies the live values into a file beside
+//! the database ([`check_backup`]), then renames that into place
+//! ([`CheckedBackup::install`]): the database is either the old file or the
+//! complete new one. Both databases are opened with a small page cache, so
+//! memory stays flat however large the backup is; the disk must hold the
+//! plaintext and the sealed copy at once ([`free_space`]).
 
 use std::fs;
 use std::path::Path;
-use std::sync::{Arc, RwLock};
 
-use redb::{Builder, Database, ReadableDatabase, ReadableTable, StorageBackend};
+use redb::{Builder, Database, ReadableDatabase, ReadableTable};
 
+use super::outbox::{self, OutboxEvent};
 use super::records::{SINK_SETTINGS, decode_instance_with, decode_sink, decode_task};
 use super::tables::{ALL, INSTANCES, SESSIONS, SETTINGS, TASKS};
-use super::{Ctx, FILE_NAME, Store, StoreError, begin_durable_write, io_error, schema};
+use super::{Ctx, FILE_NAME, Store, StoreError, begin_durable_write, create_database_with, io_error, schema};
 use crate::secrets::DataKey;
 
 /// What a restore put in place.
@@ -33,16 +38,30 @@ pub struct Restored {
     pub tasks: usize,
 }
 
+/// Page cache of the work databases of a backup or restore: small, so a
+/// large database costs disk, not memory (redb keeps its write buffer
+/// within half of it).
+const WORK_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
 impl Store {
-    /// A consistent copy of the database as redb file bytes, credentials in
-    /// plaintext and without sessions: only ever handed out encrypted.
-    pub fn backup_bytes(&self) -> Result<Vec<u8>, StoreError> {
+    /// A consistent copy of the database written as a new redb file at
+    /// `path` (mode 0600), credentials in plaintext and without sessions:
+    /// only ever handed out encrypted. The caller removes the file.
+    pub fn backup_to(&self, path: &Path) -> Result<(), StoreError> {
         let snapshot = self.read_txn()?;
-        let file = MemFile::default();
-        let copy = in_memory(&file)?;
+        let _ = fs::remove_file(path);
+        let copy = create_database_with(path, WORK_CACHE_BYTES, false)?;
         copy_tables(&snapshot, &copy, Copy::Backup(self.data_key()))?;
-        copy.close().ctx("closing the backup")?;
-        Ok(file.take())
+        copy.close().ctx("closing the backup")
+    }
+
+    /// [`Store::backup_to`] read back, for tests.
+    #[cfg(test)]
+    pub fn backup_bytes(&self) -> Result<Vec<u8>, StoreError> {
+        let dir = tempfile::tempdir().map_err(io_error(Path::new("(tempdir)")))?;
+        let path = dir.path().join("backup.redb");
+        self.backup_to(&path)?;
+        fs::read(&path).map_err(io_error(&path))
     }
 }
 
@@ -79,10 +98,11 @@ pub(super) fn copy_tables(snapshot: &redb::ReadTransaction, dst: &Database, how:
     txn.commit().ctx("committing the copy")
 }
 
-/// A backup checked as a whole and sealed under this machine's key, in
-/// memory, ready to replace a database ([`CheckedBackup::install`]).
+/// A backup checked as a whole and sealed under this machine's key, as a
+/// file beside the database, ready to replace it ([`CheckedBackup::install`]).
+/// Dropped without being installed, the file is removed.
 pub struct CheckedBackup {
-    sealed: Vec<u8>,
+    sealed: Option<std::path::PathBuf>,
     pub restored: Restored,
 }
 
@@ -94,21 +114,43 @@ impl std::fmt::Debug for CheckedBackup {
     }
 }
 
-/// Checks `bytes` (the redb file inside a backup) as a whole: the file
-/// opens and passes redb's integrity check, its schema is one this release
-/// reads (an older one is migrated), every credential record decodes and
-/// every task record decodes, and it holds no session. Its credentials are
-/// sealed under `key` on the way. Nothing is written to disk.
-pub fn check_backup(bytes: Vec<u8>, key: &DataKey) -> Result<CheckedBackup, StoreError> {
+impl Drop for CheckedBackup {
+    fn drop(&mut self) {
+        if let Some(path) = self.sealed.take() {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// Where [`check_backup`] writes the sealed copy in `data_dir`.
+pub fn restore_work_file(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join(format!("{FILE_NAME}.restore"))
+}
+
+/// Checks the redb file at `plain` (the inside of a backup) as a whole: the
+/// file opens and passes redb's integrity check, its schema is one this
+/// release reads (an older one is migrated), every credential record
+/// decodes and every task record decodes, and it holds no session. Its
+/// credentials are sealed under `key` on the way (in `plain` itself), and
+/// the live values are copied into a fresh file beside `data_dir`'s
+/// database ([`restore_work_file`]), with `events` (the audit row of the
+/// restore) appended in the same transaction. The live database is not
+/// touched.
+pub fn check_backup(
+    plain: &Path,
+    key: &DataKey,
+    data_dir: &Path,
+    events: &[OutboxEvent],
+) -> Result<CheckedBackup, StoreError> {
     let invalid = |reason: String| StoreError::Corrupt {
         table: "backup",
         key: String::new(),
         reason,
     };
-    let file = MemFile(Arc::new(RwLock::new(bytes)));
     let db = Builder::new()
+        .set_cache_size(WORK_CACHE_BYTES)
         .set_check_integrity_on_open(true)
-        .create_with_backend(file.clone())
+        .open(plain)
         .map_err(|e| invalid(format!("not a Pollster database: {e}")))?;
     // Brings an older schema up to date and seals the plaintext credentials.
     schema::prepare(&db, Path::new("(backup)"), Some(key))?;
@@ -141,42 +183,63 @@ pub fn check_backup(bytes: Vec<u8>, key: &DataKey) -> Result<CheckedBackup, Stor
         Restored { instances: n, tasks: t }
     };
     // The plaintext the sealing replaced is still in the freed pages: only
-    // a fresh copy of the live values goes to disk.
-    let fresh = MemFile::default();
-    {
-        let copy = in_memory(&fresh)?;
-        copy_tables(&db.begin_read().ctx("reading the backup")?, &copy, Copy::Whole)?;
-        copy.close().ctx("closing the sealed backup")?;
-    }
-    db.close().ctx("closing the checked backup")?;
-    drop(file);
-    Ok(CheckedBackup {
-        sealed: fresh.take(),
+    // a fresh copy of the live values goes beside the database.
+    let path = restore_work_file(data_dir);
+    let _ = fs::remove_file(&path);
+    let checked = CheckedBackup {
+        sealed: Some(path.clone()),
         restored,
-    })
+    };
+    let fresh = create_database_with(&path, WORK_CACHE_BYTES, false)?;
+    copy_tables(&db.begin_read().ctx("reading the backup")?, &fresh, Copy::Whole)?;
+    if !events.is_empty() {
+        let txn = begin_durable_write(&fresh)?;
+        outbox::append(&txn, events)?;
+        txn.commit().ctx("recording the restore")?;
+    }
+    fresh.close().ctx("closing the sealed backup")?;
+    db.close().ctx("closing the checked backup")?;
+    Ok(checked)
 }
 
 impl CheckedBackup {
-    /// Makes the backup the database of `data_dir`: written beside it and
-    /// renamed into place, so the database is either the old file or the
-    /// whole new one. Refused while a server holds the database.
-    pub fn install(self, data_dir: &Path) -> Result<Restored, StoreError> {
+    /// Makes the backup the database of `data_dir` (the one it was checked
+    /// for): renamed into place, so the database is either the old file or
+    /// the whole new one. Refused while a server holds the database.
+    pub fn install(mut self, data_dir: &Path) -> Result<Restored, StoreError> {
         check_not_in_use(data_dir)?;
         let live = data_dir.join(FILE_NAME);
-        let mut dir = fs::DirBuilder::new();
-        dir.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut dir, 0o700);
-        dir.create(data_dir).map_err(io_error(data_dir))?;
-        let partial = data_dir.join(format!("{FILE_NAME}.restore"));
-        let result = write_private(&partial, &self.sealed)
-            .and_then(|()| fs::rename(&partial, &live).map_err(io_error(&live)))
-            .and_then(|()| sync_dir(data_dir));
-        if result.is_err() {
-            let _ = fs::remove_file(&partial);
-        }
-        result.map(|()| self.restored)
+        let Some(partial) = self.sealed.clone() else {
+            return Err(io_error(&live)(std::io::Error::other(
+                "the backup was installed already",
+            )));
+        };
+        fs::File::open(&partial)
+            .and_then(|f| f.sync_all())
+            .map_err(io_error(&partial))?;
+        fs::rename(&partial, &live).map_err(io_error(&live))?;
+        self.sealed = None;
+        sync_dir(data_dir)?;
+        Ok(self.restored)
     }
+}
+
+/// Bytes free for this user on the file system holding `dir`.
+pub fn free_space(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` is written by statvfs
+    // before it is read (only when it returns 0).
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast)]
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// Refuses ([`StoreError::Locked`]) while a server holds `data_dir`'s
@@ -199,81 +262,7 @@ pub fn check_not_in_use(data_dir: &Path) -> Result<(), StoreError> {
     }
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    use std::io::Write;
-    let _ = fs::remove_file(path);
-    let mut opts = fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut f = opts.open(path).map_err(io_error(path))?;
-    f.write_all(bytes).map_err(io_error(path))?;
-    f.sync_all().map_err(io_error(path))
-}
-
 /// Makes a rename durable.
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir))
-}
-
-fn in_memory(file: &MemFile) -> Result<Database, StoreError> {
-    Builder::new()
-        .create_with_backend(file.clone())
-        .map_err(|e| StoreError::Db {
-            context: "creating the backup in memory",
-            source: e.into(),
-        })
-}
-
-/// A redb file in memory whose bytes can be taken once the database is
-/// closed (redb's own `InMemoryBackend` does not hand them out).
-#[derive(Clone, Default)]
-struct MemFile(Arc<RwLock<Vec<u8>>>);
-
-impl MemFile {
-    fn take(&self) -> Vec<u8> {
-        std::mem::take(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()))
-    }
-}
-
-impl std::fmt::Debug for MemFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MemFile")
-    }
-}
-
-fn out_of_range() -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidInput, "offset out of range")
-}
-
-impl StorageBackend for MemFile {
-    fn len(&self) -> Result<u64, std::io::Error> {
-        Ok(self.0.read().unwrap_or_else(|e| e.into_inner()).len() as u64)
-    }
-
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        let data = self.0.read().unwrap_or_else(|e| e.into_inner());
-        let at = usize::try_from(offset).map_err(|_| out_of_range())?;
-        let src = data.get(at..at + out.len()).ok_or_else(out_of_range)?;
-        out.copy_from_slice(src);
-        Ok(())
-    }
-
-    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        let len = usize::try_from(len).map_err(|_| out_of_range())?;
-        self.0.write().unwrap_or_else(|e| e.into_inner()).resize(len, 0);
-        Ok(())
-    }
-
-    fn sync_data(&self) -> Result<(), std::io::Error> {
-        Ok(())
-    }
-
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        let mut file = self.0.write().unwrap_or_else(|e| e.into_inner());
-        let at = usize::try_from(offset).map_err(|_| out_of_range())?;
-        let dst = file.get_mut(at..at + data.len()).ok_or_else(out_of_range)?;
-        dst.copy_from_slice(data);
-        Ok(())
-    }
 }

@@ -77,7 +77,7 @@ use redb::{
 
 pub use aimd::LoadedAimd;
 pub use audit::AuditEntry;
-pub use backup::{CheckedBackup, Restored, check_backup, check_not_in_use};
+pub use backup::{CheckedBackup, Restored, check_backup, check_not_in_use, free_space, restore_work_file};
 pub use history::Rollup;
 pub use latest::{LatestBatch, LoadedBodies, LoadedValues};
 pub use outbox::{AuditStamp, OutboxEvent, OutboxListener, OutboxRow};
@@ -202,6 +202,12 @@ fn open_error(path: &Path, err: DatabaseError) -> StoreError {
 /// Opens (or creates) a database file. A new file is created readable by
 /// its owner only: it holds credentials.
 fn create_database(path: &Path) -> Result<Database, StoreError> {
+    create_database_with(path, CACHE_BYTES, true)
+}
+
+/// [`create_database`] with a page cache of `cache` bytes; `check` runs
+/// redb's integrity check on open (a file just made needs none).
+fn create_database_with(path: &Path, cache: usize, check: bool) -> Result<Database, StoreError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -224,8 +230,8 @@ fn create_database(path: &Path) -> Result<Database, StoreError> {
         }
     }
     Builder::new()
-        .set_cache_size(CACHE_BYTES)
-        .set_check_integrity_on_open(true)
+        .set_cache_size(cache)
+        .set_check_integrity_on_open(check)
         .create(path)
         .map_err(|e| open_error(path, e))
 }

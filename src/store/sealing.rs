@@ -195,9 +195,16 @@ impl Store {
     /// records rewritten. The store keeps the old key: reopen it with the
     /// new one.
     pub fn reseal(&self, new: &DataKey) -> Result<usize, StoreError> {
+        self.reseal_with_events(new, &[])
+    }
+
+    /// [`Store::reseal`] with `events` (the audit row of the rotation)
+    /// written in the same transaction.
+    pub fn reseal_with_events(&self, new: &DataKey, events: &[super::OutboxEvent]) -> Result<usize, StoreError> {
         let txn = self.write_txn()?;
         let n = rewrite(&txn, self.data_key(), new, Pass::Reseal)?;
-        txn.commit().ctx("committing the re-sealed credentials")?;
+        super::outbox::append(&txn, events)?;
+        self.commit_with_outbox(txn, events.len(), "committing the re-sealed credentials")?;
         Ok(n)
     }
 }

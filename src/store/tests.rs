@@ -743,7 +743,10 @@ fn backup_copies_every_table_with_credentials_in_plaintext_and_no_sessions() {
     // Restored under another key, everything reads back sealed.
     let other = crate::secrets::DataKey::from_bytes([7; crate::secrets::KEY_LEN]);
     let into = dir.path().join("restored");
-    let checked = super::check_backup(bytes, &other).expect("a sound backup");
+    std::fs::create_dir(&into).expect("mkdir");
+    let inside = dir.path().join("plain.redb");
+    std::fs::write(&inside, &bytes).expect("write");
+    let checked = super::check_backup(&inside, &other, &into, &[]).expect("a sound backup");
     assert_eq!(checked.restored, super::Restored { instances: 1, tasks: 1 });
     checked.install(&into).expect("install");
     let file = std::fs::read(into.join(FILE_NAME)).expect("read");
@@ -767,11 +770,15 @@ fn a_damaged_backup_is_refused_before_anything_is_written() {
     store.put_instance(&instance("a")).expect("instance");
     let mut bytes = store.backup_bytes().expect("backup");
     let into = dir.path().join("restored");
-    assert!(super::check_backup(b"not redb at all".to_vec(), &test_key()).is_err());
+    std::fs::create_dir(&into).expect("mkdir");
+    let plain = dir.path().join("plain.redb");
+    std::fs::write(&plain, b"not redb at all").expect("write");
+    assert!(super::check_backup(&plain, &test_key(), &into, &[]).is_err());
     let mid = bytes.len() / 2;
     bytes.truncate(mid);
-    assert!(super::check_backup(bytes, &test_key()).is_err());
-    assert!(!into.exists());
+    std::fs::write(&plain, &bytes).expect("write");
+    assert!(super::check_backup(&plain, &test_key(), &into, &[]).is_err());
+    assert_eq!(std::fs::read_dir(&into).expect("ls").count(), 0, "nothing written");
 }
 
 #[test]

@@ -178,8 +178,14 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
         if inner.is_syntax() || inner.is_eof() {
             return ApiError::new(StatusCode::BAD_REQUEST, "bad_json", format!("invalid JSON: {inner}"));
         }
-        let msg = strip_position(&inner.to_string());
         let mut field = if path == "." { String::new() } else { path };
+        // serde quotes the value it refused: never a secret's, never a
+        // URL's userinfo (the same masking as `FieldError::new`).
+        let msg = if crate::model::is_secret_field(&field) {
+            "invalid value (not shown: the field is a secret)".to_string()
+        } else {
+            crate::model::mask_userinfo(&strip_position(&inner.to_string()))
+        };
         // serde reports a missing field at the object that lacks it; name
         // the field itself.
         if let Some(missing) = msg.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
@@ -249,7 +255,7 @@ pub fn parse_query<T: serde::de::DeserializeOwned>(query: &str) -> Result<T, Api
         ApiError {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             code: "invalid",
-            message: format!("{path}: {inner}"),
+            message: crate::model::mask_userinfo(&format!("{path}: {inner}")),
             field: Some(path),
         }
     })

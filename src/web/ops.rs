@@ -152,6 +152,17 @@ pub async fn update_instance(
         )));
     }
     i.url = super::redact::restore_url_password(&i.url, &existing.url, "url").map_err(ApiError::invalid)?;
+    // A secret sent back as `(hidden)` is the stored one, when there is one
+    // of the same kind and the origin is unchanged; otherwise validation
+    // refuses it, naming the field.
+    if !keep_auth
+        && i.auth.secret().is_some_and(|(_, s)| s.expose() == crate::model::HIDDEN)
+        && std::mem::discriminant(&i.auth) == std::mem::discriminant(&existing.auth)
+        && super::redact::same_origin(&i.url, &existing.url)
+        && let (Some(new), Some((_, stored))) = (i.auth.secret_mut(), existing.auth.secret())
+    {
+        *new = stored.clone();
+    }
     if keep_auth {
         // Stored credentials go only where they were given for.
         if super::redact::same_origin(&i.url, &existing.url) {
@@ -548,6 +559,14 @@ pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Opti
                     let keep = value.as_str() == Some(crate::model::HIDDEN);
                     match (keep, old.get(name)) {
                         (true, Some(stored)) => merged.insert(name.clone(), Value::String(stored.clone())),
+                        // Never saved as the literal text.
+                        (true, None) => {
+                            return Err(ApiError::invalid(FieldError::new(
+                                format!("headers.{name}"),
+                                crate::model::HIDDEN,
+                                crate::model::HIDDEN_WITHOUT_VALUE,
+                            )));
+                        }
                         _ => merged.insert(name.clone(), value.clone()),
                     };
                 }

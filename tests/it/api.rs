@@ -875,3 +875,113 @@ async fn values_and_the_data_api_serve_the_latest_answers_without_calling_the_ta
     assert!(!values_text(&app, "").await.1.contains("instance=\"b\""));
     app.stop().await;
 }
+
+/// A secret never comes back in an error: a URL's userinfo (even of a URL
+/// that does not parse), a blank passphrase, `(hidden)` where no stored
+/// value stands behind it; and a backup is in the audit trail, with who
+/// asked for it and from where.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_echo_no_secret_and_a_backup_is_audited() {
+    let app = TestApp::spawn(vec![]).await;
+    // Port 99999: the URL does not parse, and the 422 is about it.
+    let body = json!({"name": "leak", "type": "fast", "url": "http://u:PW-never-echoed@h:99999/x"});
+    let (s, _, err) = raw_send(&app, Method::POST, "/api/instances", body).await;
+    assert_eq!((s, err["error"]["field"].as_str()), (422, Some("url")), "{err}");
+    assert!(!err.to_string().contains("PW-never-echoed"), "{err}");
+    assert!(!err.to_string().contains("u:"), "the user is masked too: {err}");
+
+    // `(hidden)` with nothing stored behind it: a 422 naming the field,
+    // never saved as the text.
+    for (path, method, body, field) in [
+        (
+            "/api/settings/sink",
+            Method::PUT,
+            json!({"url": "http://127.0.0.1:9/", "headers": {"Authorization": "(hidden)"}}),
+            "headers.Authorization",
+        ),
+        (
+            "/api/instances",
+            Method::POST,
+            json!({"name": "h", "type": "fast", "url": "http://127.0.0.1:9/",
+                   "auth": {"kind": "bearer", "token": "(hidden)"}}),
+            "auth.token",
+        ),
+        (
+            "/api/instances",
+            Method::POST,
+            json!({"name": "h", "type": "fast", "url": "http://u:(hidden)@127.0.0.1:9/"}),
+            "url",
+        ),
+    ] {
+        let (s, _, err) = raw_send(&app, method, path, body.clone()).await;
+        assert_eq!((s, err["error"]["field"].as_str()), (422, Some(field)), "{body}: {err}");
+    }
+    let (_, sink) = app.send(Method::GET, "/api/settings/sink", None).await;
+    assert!(sink["sink"].is_null(), "{sink}");
+    let (s, _) = app.send(Method::GET, "/api/instances/h", None).await;
+    assert_eq!(s, 404);
+
+    // Twelve spaces are no passphrase.
+    let r = app
+        .client
+        .post(app.url("/api/admin/backup"))
+        .bearer_auth(&app.token)
+        .json(&json!({"passphrase": " ".repeat(12)}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 422);
+    let err: Value = r.json().await.expect("json");
+    assert_eq!(err["error"]["field"], "passphrase", "{err}");
+
+    let r = app
+        .client
+        .post(app.url("/api/admin/backup"))
+        .bearer_auth(&app.token)
+        .json(&json!({"passphrase": "correct horse battery"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 200);
+    let name = r
+        .headers()
+        .get("content-disposition")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split('"').nth(1))
+        .expect("file name")
+        .to_string();
+    let audit = app.get_json("/api/admin/audit?limit=50").await;
+    let entries = audit["entries"].as_array().expect("entries");
+    let backup = entries
+        .iter()
+        .find(|e| e["action"] == "backup.create")
+        .unwrap_or_else(|| panic!("no backup.create in {audit}"));
+    assert!(
+        backup["actor"].as_str().unwrap_or_default().starts_with("token:tests("),
+        "{backup}"
+    );
+    assert_eq!(backup["source"], "127.0.0.1", "{backup}");
+    assert_eq!(backup["target"], name.as_str(), "{backup}");
+    let left: Vec<_> = std::fs::read_dir(app.data_dir.path())
+        .expect("ls")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains(".backup"))
+        .collect();
+    assert!(left.is_empty(), "work files left: {left:?}");
+    app.stop().await;
+}
+
+async fn raw_send(app: &TestApp, method: Method, path: &str, body: Value) -> (u16, String, Value) {
+    let r = app
+        .client
+        .request(method, app.url(path))
+        .bearer_auth(&app.token)
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+    let s = r.status().as_u16();
+    let text = r.text().await.expect("body");
+    let v = serde_json::from_str(&text).unwrap_or(Value::Null);
+    (s, text, v)
+}

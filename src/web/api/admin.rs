@@ -4,11 +4,19 @@
 //! Inside, the credentials are in plaintext and sessions are left out: the
 //! passphrase is all a restore on another machine needs, and the data key
 //! never leaves this one.
+//!
+//! The copy is written to a work file in the data directory and encrypted
+//! from there, so the database is held in memory once (as the encrypted
+//! answer), not twice. Every backup is an audit row (`backup.create`, the
+//! principal and the client's address) and a log line.
 
 use crate::model::{FieldError, HIDDEN, Timestamp};
 use crate::secrets::backup::{self, MIN_PASSPHRASE_CHARS};
+use crate::sink::event::Event;
 use crate::web::AppState;
+use crate::web::auth::Principal;
 use crate::web::error::{ApiError, ErrorBody, FieldErrorBody, JsonBody};
+use axum::Extension;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
@@ -24,7 +32,7 @@ pub struct AgeFile(pub Vec<u8>);
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackupRequest {
-    /// At least 12 characters. The backup opens with it alone (`pollster
+    /// At least 12 characters, not counting spaces at either end. The backup opens with it alone (`pollster
     /// admin restore`, `age -d`, pyrage); keep it apart from the backup.
     #[schema(min_length = 12)]
     pub passphrase: String,
@@ -42,30 +50,51 @@ static BACKUP_TURN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1
     responses(
         (status = 200, description = "age file (scrypt) holding the redb file", content_type = "application/octet-stream", body = inline(AgeFile)),
         (status = 400, description = "not JSON", body = ErrorBody),
-        (status = 422, description = "passphrase missing or shorter than 12 characters (field `passphrase`)", body = FieldErrorBody),
+        (status = 422, description = "passphrase missing or shorter than 12 characters (field `passphrase`; spaces at either end do not count)", body = FieldErrorBody),
     ),
 )]
-pub async fn backup(State(app): State<AppState>, JsonBody(req): JsonBody<BackupRequest>) -> Result<Response, ApiError> {
+pub async fn backup(
+    State(app): State<AppState>,
+    Extension(who): Extension<Principal>,
+    JsonBody(req): JsonBody<BackupRequest>,
+) -> Result<Response, ApiError> {
     if backup::check_passphrase(&req.passphrase).is_err() {
         return Err(ApiError::invalid(FieldError::new(
             "passphrase",
             HIDDEN,
-            format!("must be at least {MIN_PASSPHRASE_CHARS} characters long"),
+            format!("must be at least {MIN_PASSPHRASE_CHARS} characters long, not counting spaces at either end"),
         )));
     }
-    // One backup at a time: each holds the whole database twice in memory
-    // and scrypt's working memory (age tunes it to about a second of CPU).
+    // One backup at a time: each holds the encrypted database in memory,
+    // a work file as large as the database and scrypt's working memory.
     let _turn = BACKUP_TURN.acquire().await.map_err(ApiError::internal)?;
     let stamp = Timestamp::now();
-    let plain = app.with_store(|store| store.backup_bytes()).await?;
-    let file = tokio::task::spawn_blocking(move || backup::encrypt(&plain, &req.passphrase))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(ApiError::internal)?;
     let name = format!(
         "pollster-{}.redb.age",
         stamp.to_rfc3339().replace([':', '-'], "").trim_end_matches('Z')
     );
+    let pass = req.passphrase;
+    let file = app
+        .with_store(move |store| -> Result<Vec<u8>, ApiError> {
+            let work = crate::secrets::with_suffix(store.path(), ".backup");
+            let result = store.backup_to(&work).map_err(ApiError::from).and_then(|()| {
+                let plain = std::fs::File::open(&work).map_err(ApiError::internal)?;
+                let mut out = Vec::new();
+                backup::encrypt_to(std::io::BufReader::new(plain), &mut out, &pass).map_err(ApiError::internal)?;
+                Ok(out)
+            });
+            let _ = std::fs::remove_file(&work);
+            result
+        })
+        .await?;
+    // Handed out only once it is in the audit trail.
+    let actor = who.actor();
+    let event = Event::operator(Timestamp::now(), &actor, "backup.create", &name);
+    if let Some(row) = app.engine.sink().stage(&event) {
+        app.with_store(move |s| s.append_outbox(&[row])).await?;
+    }
+    let client = crate::audit::current_source().unwrap_or_default();
+    tracing::info!(actor = %actor, client = %client, file = %name, bytes = file.len(), "database backup taken");
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
