@@ -1045,7 +1045,8 @@ async fn audit_entries(app: &TestApp) -> Vec<Value> {
 }
 
 /// Poll the trail until `pred` holds for it (counts of failures are
-/// written within a second); panics with the trail after a while.
+/// written within a second); after 10 s, the trail as it is (the caller's
+/// assertions then say what is missing).
 async fn wait_audit(app: &TestApp, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let start = std::time::Instant::now();
     loop {
@@ -1054,7 +1055,8 @@ async fn wait_audit(app: &TestApp, what: &str, pred: impl Fn(&[Value]) -> bool) 
             return entries;
         }
         if start.elapsed() > Duration::from_secs(10) {
-            panic!("timed out waiting for {what}: {entries:#?}");
+            eprintln!("waited 10 s for {what} in vain");
+            return entries;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -1064,9 +1066,9 @@ async fn wait_audit(app: &TestApp, what: &str, pred: impl Fn(&[Value]) -> bool) 
 async fn a_flood_of_failed_logins_never_pushes_an_operator_action_out_of_the_trail() {
     let (sink_url, events) = event_receiver().await;
     let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
-    // The trail is capped small, so a flood fits in a test: 10 operator
-    // entries, 5 failure entries (the appliance keeps 100,000 and 10,000).
-    app.store().set_audit_caps(10, 5).expect("caps");
+    // The trail is capped small, so a flood fits in a test: 6 operator
+    // entries, 4 failure entries (the appliance keeps 100,000 and 10,000).
+    app.store().set_audit_caps(6, 4).expect("caps");
     setup(&app).await;
     let (s, body) = app
         .send(
@@ -1086,14 +1088,14 @@ async fn a_flood_of_failed_logins_never_pushes_an_operator_action_out_of_the_tra
         .await;
     assert_eq!(s, 200, "{body}");
 
-    // Four wrong passwords from one address: one entry, with a count.
+    // Three wrong passwords from one address: one entry, with a count.
     let one = client_from("127.0.9.1");
-    for _ in 0..4 {
+    for _ in 0..3 {
         assert_eq!(login(&one, &app, "wrong-password").await.0, 401);
     }
-    let entries = wait_audit(&app, "a count of 4", |e| {
+    let entries = wait_audit(&app, "a count of 3", |e| {
         e.iter()
-            .any(|e| e["action"] == "login.failed" && e["source"] == "127.0.9.1" && e["count"] == 4)
+            .any(|e| e["action"] == "login.failed" && e["source"] == "127.0.9.1" && e["count"] == 3)
     })
     .await;
     assert_eq!(
@@ -1101,15 +1103,15 @@ async fn a_flood_of_failed_logins_never_pushes_an_operator_action_out_of_the_tra
         1,
         "{entries:#?}"
     );
-    // The flood: wrong passwords from 12 rotating addresses, each an entry
+    // The flood: wrong passwords from 8 rotating addresses, each an entry
     // of its own, more than both caps (one at a time: each is checked).
-    for n in 0..12 {
+    for n in 0..8 {
         let http = client_from(&format!("127.0.10.{}", n + 1));
         assert_eq!(login(&http, &app, "guess").await.0, 401, "{n}");
     }
     let entries = audit_entries(&app).await;
     let failed = entries.iter().filter(|e| e["action"] == "login.failed").count();
-    assert!(failed <= 5, "failures keep to their share: {entries:#?}");
+    assert!(failed <= 4, "failures keep to their share: {entries:#?}");
     let kept = entries
         .iter()
         .find(|e| e["action"] == "settings.monitoring")
@@ -1134,9 +1136,9 @@ async fn a_flood_of_failed_logins_never_pushes_an_operator_action_out_of_the_tra
     let failed: Vec<&Value> = by_id.values().collect();
     let from_one: Vec<&&Value> = failed.iter().filter(|e| e["source"] == "127.0.9.1").collect();
     assert_eq!(from_one.len(), 1, "{failed:#?}");
-    assert_eq!(from_one[0]["count"], 4);
+    assert_eq!(from_one[0]["count"], 3);
     assert!(from_one[0]["id"].as_str().is_some_and(|id| id.len() == 26));
-    assert_eq!(failed.len(), 13, "one per address: {failed:#?}");
+    assert_eq!(failed.len(), 9, "one per address: {failed:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1237,6 +1239,11 @@ async fn setup_sink_changes_and_bad_tokens_are_audited() {
     .await;
     let text = serde_json::to_string(&entries).expect("json");
     assert!(!text.contains(bad) && !text.contains("sink-secret"), "{text}");
+    let missing: Vec<&str> = ["token.failed", "account.create", "settings.sink"]
+        .into_iter()
+        .filter(|a| !entries.iter().any(|e| e["action"] == *a))
+        .collect();
+    assert!(missing.is_empty(), "not audited: {missing:?} in {text}");
     let find = |action: &str| -> &Value {
         entries
             .iter()
@@ -1277,7 +1284,7 @@ async fn a_login_takes_as_long_for_an_unknown_name_as_for_the_admin() {
     };
     let (mut known, mut unknown) = (Vec::new(), Vec::new());
     // Alternated, each from an address of its own (no lockout interferes).
-    for n in 0..5 {
+    for n in 0..3 {
         for (name, times) in [("admin", &mut known), ("nobody-by-this-name", &mut unknown)] {
             let http = client_from(&format!(
                 "127.0.12.{}",
@@ -1297,6 +1304,7 @@ async fn a_login_takes_as_long_for_an_unknown_name_as_for_the_admin() {
     }
     let (k, u) = (median(known), median(unknown));
     let ratio = k.as_secs_f64().max(u.as_secs_f64()) / k.as_secs_f64().min(u.as_secs_f64());
+    eprintln!("login medians: known {k:?}, unknown {u:?}, ratio {ratio:.2}");
     assert!(ratio < 3.0, "known {k:?}, unknown {u:?}");
     app.stop().await;
 }
