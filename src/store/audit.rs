@@ -87,9 +87,9 @@ fn append_capped(txn: &WriteTransaction, events: &[OutboxEvent], cap: u64) -> Re
     let Some(latest) = audited.iter().map(|(_, a)| a.time).max() else {
         return Ok(());
     };
-    let mut next = take_seq(txn, audited.len() as u64)?;
+    let first = take_seq(txn, audited.len() as u64)?;
     let mut table = txn.open_table(AUDIT.def).ctx("opening table audit")?;
-    for (event, stamp) in audited {
+    for (next, (event, stamp)) in (first..).zip(audited) {
         let v = codec::encode_stored(&StoredAuditRef {
             time: stamp.time.0,
             source: stamp.source.as_deref(),
@@ -98,7 +98,6 @@ fn append_capped(txn: &WriteTransaction, events: &[OutboxEvent], cap: u64) -> Re
         table
             .insert(next.to_be_bytes().as_slice(), v.as_slice())
             .ctx("writing an audit entry")?;
-        next += 1;
     }
     drop(table);
     prune(txn, AUDIT, latest, cap)
