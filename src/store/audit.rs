@@ -251,8 +251,7 @@ impl Store {
             }
         }
         super::outbox::append(&txn, events)?;
-        let added = events.iter().filter(|e| e.deliver).count();
-        self.commit_with_outbox(txn, added, "committing an audit entry")
+        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing an audit entry")
     }
 }
 
