@@ -45,6 +45,38 @@ pub fn verify_password(pw: &str, phc: &str) -> bool {
     PasswordHash::new(phc).is_ok_and(|h| Argon2::default().verify_password(pw.as_bytes(), &h).is_ok())
 }
 
+/// A hash of a random password, made once with the parameters of
+/// [`hash_password`]: a login for a user that does not exist is checked
+/// against it, so it costs the same argon2 work as one for a user that
+/// does, and its time does not tell whether the name exists.
+fn dummy_hash() -> &'static str {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DUMMY.get_or_init(|| {
+        let pw = crate::web::session::random_hex(16);
+        hash_password(&pw).unwrap_or_default()
+    })
+}
+
+/// Make [`dummy_hash`] now (it takes one argon2 hash), so the first login
+/// for an unknown user takes no longer than any other.
+pub fn prepare() {
+    let _ = dummy_hash();
+}
+
+/// Check a login: `pw` against `user`'s stored hash, or against
+/// [`dummy_hash`] when there is no such user (or it cannot be read), so
+/// both take one argon2 verification. Blocking: call it on a blocking
+/// thread.
+pub fn check_login(store: &Store, user: &str, pw: &str) -> bool {
+    match store.get_user(user) {
+        Ok(Some(u)) => verify_password(pw, &u.password_hash),
+        _ => {
+            let _ = verify_password(pw, dummy_hash());
+            false
+        }
+    }
+}
+
 /// Set (or reset) the admin password.
 pub fn set_admin_password(store: &Store, pw: &str, now: Timestamp) -> Result<(), AccountError> {
     set_admin_password_with_events(store, pw, now, &[])
@@ -82,6 +114,23 @@ mod tests {
         assert!(!verify_password("wrong horse", &h));
         assert!(!verify_password("correct horse", "not a hash"));
         assert!(matches!(hash_password("short"), Err(AccountError::TooShort)));
+    }
+
+    #[test]
+    fn an_unknown_user_costs_one_argon2_check_and_never_logs_in() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        set_admin_password(&store, "s3cret-pass", Timestamp(5)).expect("set");
+        assert!(check_login(&store, ADMIN, "s3cret-pass"));
+        assert!(!check_login(&store, ADMIN, "wrong-pass"));
+        assert!(!check_login(&store, "nobody", "s3cret-pass"));
+        // The dummy has the parameters of a real hash (same work).
+        let real = PasswordHash::new(&store.get_user(ADMIN).expect("get").expect("user").password_hash)
+            .expect("phc")
+            .params
+            .to_string();
+        let dummy = PasswordHash::new(dummy_hash()).expect("phc").params.to_string();
+        assert_eq!(real, dummy);
     }
 
     #[test]

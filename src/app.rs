@@ -384,6 +384,11 @@ impl Application {
             state.engine.store().clone(),
             std::time::Duration::from_secs(600),
         ));
+        let failures = tokio::spawn(web::failed_auth::flush_loop(state.clone()));
+        // The hash a login for an unknown user is checked against, made
+        // before the first such login (which would otherwise take longer).
+        tokio::task::spawn_blocking(crate::accounts::prepare);
+        let flush_state = state.clone();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let scheme = |on: bool| if on { "https" } else { "http" };
         tracing::info!(
@@ -429,10 +434,17 @@ impl Application {
         ));
         shutdown.await;
         tracing::info!("shutting down");
+        failures.abort();
+        let _ = failures.await;
+        // The failure counts still open: written, and given to the sink
+        // before it flushes.
+        web::failed_auth::flush(&flush_state, true).await;
+        drop(flush_state);
         self.engine.shutdown(SHUTDOWN_GRACE).await;
         let _ = stop_tx.send(true);
         pruner.abort();
         let _ = pruner.await;
+
         watcher.abort();
         hangup.abort();
         // Open keep-alive connections must not hold the process (or the

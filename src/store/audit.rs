@@ -7,13 +7,22 @@
 //! Keys are a big-endian `u64` sequence from a counter in `meta`, so the
 //! table is in commit order. It keeps the last [`MAX_AGE`] or
 //! [`MAX_ENTRIES`], whichever is fewer: each append drops what fell out.
+//!
+//! Failed logins and failed token requests are kept apart, in a share of
+//! the trail of their own (`audit_failed`, at most [`MAX_FAILED_ENTRIES`]
+//! and [`MAX_AGE`]): one entry per address and window, written at the
+//! first failure and updated in place as more come
+//! ([`Store::audit_failure_insert`], [`Store::audit_failure_update`]). A
+//! flood of them drops only older failures, never an operator action. Both
+//! tables take their keys from the one sequence, so a page of the trail
+//! ([`Store::audit_page`]) reads them together, newest first.
 
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 use std::time::Duration;
 
 use super::outbox::OutboxEvent;
 use super::stored::{StoredAudit, StoredAuditRef};
-use super::tables::{AUDIT, META};
+use super::tables::{AUDIT, AUDIT_FAILED, META, Table};
 use super::{Ctx, Store, StoreError, codec};
 
 /// `meta` key holding the next audit sequence number.
@@ -22,6 +31,11 @@ const NEXT_SEQ_KEY: &[u8] = b"audit_next_seq";
 pub const MAX_AGE: Duration = Duration::from_secs(90 * 24 * 3600);
 /// At most this many entries are kept.
 pub const MAX_ENTRIES: u64 = 100_000;
+/// At most this many failed-login and failed-token entries are kept (in a
+/// share of their own).
+pub const MAX_FAILED_ENTRIES: u64 = 10_000;
+/// `meta` key holding smaller caps, when set ([`Store::set_audit_caps`]).
+const CAPS_KEY: &[u8] = b"audit_caps";
 
 /// One entry as read back.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,10 +49,37 @@ pub struct AuditEntry {
     pub line: String,
 }
 
+/// The caps in force: `(entries, failed entries)`.
+fn caps(txn: &WriteTransaction) -> Result<(u64, u64), StoreError> {
+    let meta = txn.open_table(META.def).ctx("opening table meta")?;
+    let caps = match meta.get(CAPS_KEY).ctx("reading the audit caps")? {
+        Some(v) => codec::decode::<[u64; 2]>(META.name, CAPS_KEY, v.value())?,
+        None => [MAX_ENTRIES, MAX_FAILED_ENTRIES],
+    };
+    Ok((caps[0], caps[1]))
+}
+
+/// The next sequence number, taken.
+fn take_seq(txn: &WriteTransaction, n: u64) -> Result<u64, StoreError> {
+    let mut meta = txn.open_table(META.def).ctx("opening table meta")?;
+    let next: u64 = match meta.get(NEXT_SEQ_KEY).ctx("reading the audit sequence")? {
+        Some(v) => codec::decode(META.name, NEXT_SEQ_KEY, v.value())?,
+        None => 1,
+    };
+    let v = codec::encode("audit sequence", &(next + n))?;
+    meta.insert(NEXT_SEQ_KEY, v.as_slice())
+        .ctx("writing the audit sequence")?;
+    Ok(next)
+}
+
 /// Appends the audited rows of `events` inside `txn` and drops what the
 /// limits no longer keep.
 pub(super) fn append(txn: &WriteTransaction, events: &[OutboxEvent]) -> Result<(), StoreError> {
-    append_capped(txn, events, MAX_ENTRIES)
+    if !events.iter().any(|e| e.audit.is_some()) {
+        return Ok(());
+    }
+    let (cap, _) = caps(txn)?;
+    append_capped(txn, events, cap)
 }
 
 fn append_capped(txn: &WriteTransaction, events: &[OutboxEvent], cap: u64) -> Result<(), StoreError> {
@@ -46,13 +87,9 @@ fn append_capped(txn: &WriteTransaction, events: &[OutboxEvent], cap: u64) -> Re
     let Some(latest) = audited.iter().map(|(_, a)| a.time).max() else {
         return Ok(());
     };
-    let mut meta = txn.open_table(META.def).ctx("opening table meta")?;
-    let mut next: u64 = match meta.get(NEXT_SEQ_KEY).ctx("reading the audit sequence")? {
-        Some(v) => codec::decode(META.name, NEXT_SEQ_KEY, v.value())?,
-        None => 1,
-    };
+    let first = take_seq(txn, audited.len() as u64)?;
     let mut table = txn.open_table(AUDIT.def).ctx("opening table audit")?;
-    for (event, stamp) in audited {
+    for (next, (event, stamp)) in (first..).zip(audited) {
         let v = codec::encode_stored(&StoredAuditRef {
             time: stamp.time.0,
             source: stamp.source.as_deref(),
@@ -61,12 +98,15 @@ fn append_capped(txn: &WriteTransaction, events: &[OutboxEvent], cap: u64) -> Re
         table
             .insert(next.to_be_bytes().as_slice(), v.as_slice())
             .ctx("writing an audit entry")?;
-        next += 1;
     }
-    let v = codec::encode("audit sequence", &next)?;
-    meta.insert(NEXT_SEQ_KEY, v.as_slice())
-        .ctx("writing the audit sequence")?;
-    // The oldest first: beyond the cap, or older than MAX_AGE.
+    drop(table);
+    prune(txn, AUDIT, latest, cap)
+}
+
+/// Drops the oldest entries of `t`: beyond the cap, or older than
+/// [`MAX_AGE`] before `latest`.
+fn prune(txn: &WriteTransaction, t: Table, latest: crate::model::Timestamp, cap: u64) -> Result<(), StoreError> {
+    let mut table = txn.open_table(t.def).ctx("opening table audit")?;
     let cutoff = latest.0.saturating_sub(MAX_AGE.as_millis() as u64);
     let mut len = table.len().ctx("counting table audit")?;
     loop {
@@ -74,7 +114,7 @@ fn append_capped(txn: &WriteTransaction, events: &[OutboxEvent], cap: u64) -> Re
             break;
         };
         let old = len > cap
-            || codec::decode_stored::<StoredAudit>(AUDIT.name, k.value(), v.value())
+            || codec::decode_stored::<StoredAudit>(t.name, k.value(), v.value())
                 .map(|e| e.into_entry(0).time.0 < cutoff)
                 .unwrap_or(true);
         if !old {
@@ -88,35 +128,130 @@ fn append_capped(txn: &WriteTransaction, events: &[OutboxEvent], cap: u64) -> Re
     Ok(())
 }
 
+/// Reverse-ordered entries of `t` below `end`.
+fn newest_first<'a>(
+    table: &'a redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    name: &'static str,
+    end: &'a [u8; 8],
+) -> Result<impl Iterator<Item = AuditEntry> + 'a, StoreError> {
+    Ok(table
+        .range(..end.as_slice())
+        .ctx("reading table audit")?
+        .rev()
+        .filter_map(move |entry| {
+            let (k, v) = entry.ok()?;
+            let seq = <[u8; 8]>::try_from(k.value()).map(u64::from_be_bytes).ok()?;
+            match codec::decode_stored::<StoredAudit>(name, k.value(), v.value()) {
+                Ok(e) => Some(e.into_entry(seq)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "an audit entry cannot be read; skipped");
+                    None
+                }
+            }
+        }))
+}
+
 impl Store {
     /// Up to `limit` entries, newest first, older than entry `before` when
-    /// given. An entry that cannot be read is skipped.
+    /// given (failed logins and token requests among them, in their
+    /// place). An entry that cannot be read is skipped.
     pub fn audit_page(&self, before: Option<u64>, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         let txn = self.read_txn()?;
-        let table = txn.open_table(AUDIT.def).ctx("opening table audit")?;
+        let ops = txn.open_table(AUDIT.def).ctx("opening table audit")?;
+        let failed = txn.open_table(AUDIT_FAILED.def).ctx("opening table audit_failed")?;
         let end = before.unwrap_or(u64::MAX).to_be_bytes();
+        let mut a = newest_first(&ops, AUDIT.name, &end)?.peekable();
+        let mut b = newest_first(&failed, AUDIT_FAILED.name, &end)?.peekable();
         let mut out = Vec::new();
-        for entry in table.range(..end.as_slice()).ctx("reading table audit")?.rev() {
-            if out.len() >= limit {
-                break;
-            }
-            let (k, v) = entry.ctx("reading table audit")?;
-            let Ok(seq) = <[u8; 8]>::try_from(k.value()).map(u64::from_be_bytes) else {
-                continue;
+        while out.len() < limit {
+            let take_a = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) => x.seq > y.seq,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
             };
-            match codec::decode_stored::<StoredAudit>(AUDIT.name, k.value(), v.value()) {
-                Ok(e) => out.push(e.into_entry(seq)),
-                Err(e) => tracing::warn!(error = %e, "an audit entry cannot be read; skipped"),
-            }
+            out.extend(if take_a { a.next() } else { b.next() });
         }
         Ok(out)
     }
 
-    /// How many entries the trail holds.
+    /// How many entries the trail holds (failures included).
     pub fn audit_len(&self) -> Result<u64, StoreError> {
         let txn = self.read_txn()?;
-        let table = txn.open_table(AUDIT.def).ctx("opening table audit")?;
-        table.len().ctx("counting table audit")
+        let ops = txn.open_table(AUDIT.def).ctx("opening table audit")?;
+        let failed = txn.open_table(AUDIT_FAILED.def).ctx("opening table audit_failed")?;
+        Ok(ops.len().ctx("counting table audit")? + failed.len().ctx("counting table audit_failed")?)
+    }
+
+    /// Keep at most `entries` operator entries and `failed` failure entries
+    /// from now on (instead of [`MAX_ENTRIES`] and [`MAX_FAILED_ENTRIES`]);
+    /// stored in the database. For tests, which cannot write 100,000 rows.
+    pub fn set_audit_caps(&self, entries: u64, failed: u64) -> Result<(), StoreError> {
+        let txn = self.write_txn()?;
+        {
+            let mut meta = txn.open_table(META.def).ctx("opening table meta")?;
+            let v = codec::encode("audit caps", &[entries, failed])?;
+            meta.insert(CAPS_KEY, v.as_slice()).ctx("writing the audit caps")?;
+        }
+        txn.commit().ctx("committing the audit caps")
+    }
+
+    /// A new failure entry (a failed login or token request): its time,
+    /// source and event line; returns its sequence, for
+    /// [`Store::audit_failure_update`]. Drops the oldest failure entries
+    /// beyond their share; never an operator entry.
+    pub fn audit_failure_insert(
+        &self,
+        time: crate::model::Timestamp,
+        source: Option<&str>,
+        line: &str,
+    ) -> Result<u64, StoreError> {
+        let txn = self.write_txn()?;
+        let (_, cap) = caps(&txn)?;
+        let seq = take_seq(&txn, 1)?;
+        {
+            let mut table = txn.open_table(AUDIT_FAILED.def).ctx("opening table audit_failed")?;
+            let v = codec::encode_stored(&StoredAuditRef {
+                time: time.0,
+                source,
+                line: line.trim_end(),
+            })?;
+            table
+                .insert(seq.to_be_bytes().as_slice(), v.as_slice())
+                .ctx("writing an audit entry")?;
+        }
+        prune(&txn, AUDIT_FAILED, time, cap)?;
+        txn.commit().ctx("committing an audit entry")?;
+        Ok(seq)
+    }
+
+    /// Rewrite the failure entry `seq` with a new line (a higher count), if
+    /// it is still kept, and append `events` (the window's final event,
+    /// for the sink) in the same transaction.
+    pub fn audit_failure_update(&self, seq: u64, line: &str, events: &[OutboxEvent]) -> Result<(), StoreError> {
+        let txn = self.write_txn()?;
+        {
+            let mut table = txn.open_table(AUDIT_FAILED.def).ctx("opening table audit_failed")?;
+            let key = seq.to_be_bytes();
+            let old = table
+                .get(key.as_slice())
+                .ctx("reading table audit_failed")?
+                .map(|v| codec::decode_stored::<StoredAudit>(AUDIT_FAILED.name, &key, v.value()))
+                .transpose()?;
+            if let Some(old) = old {
+                let old = old.into_entry(seq);
+                let v = codec::encode_stored(&StoredAuditRef {
+                    time: old.time.0,
+                    source: old.source.as_deref(),
+                    line: line.trim_end(),
+                })?;
+                table
+                    .insert(key.as_slice(), v.as_slice())
+                    .ctx("writing an audit entry")?;
+            }
+        }
+        super::outbox::append(&txn, events)?;
+        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing an audit entry")
     }
 }
 
@@ -175,5 +310,51 @@ mod tests {
         txn.commit().unwrap();
         assert_eq!(store.audit_len().unwrap(), 2);
         assert_eq!(store.outbox_len().unwrap(), 0);
+    }
+
+    #[test]
+    fn failures_have_a_share_of_their_own_and_are_updated_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.redb")).unwrap();
+        store.set_audit_caps(3, 2).unwrap();
+        let t0 = 1_800_000_000_000;
+        let op = |n: u64| {
+            let txn = store.write_txn().unwrap();
+            append(&txn, &[audited(n, t0 + n)]).unwrap();
+            txn.commit().unwrap();
+        };
+        op(1);
+        let first = store
+            .audit_failure_insert(Timestamp(t0 + 2), Some("10.0.0.9"), "{\"count\":1}\n")
+            .unwrap();
+        op(3);
+        // A flood of failures: only the newest two are kept, and the
+        // operator entries all stay.
+        for n in 0..50 {
+            store
+                .audit_failure_insert(Timestamp(t0 + 10 + n), Some("10.0.0.8"), &format!("{{\"f\":{n}}}"))
+                .unwrap();
+        }
+        let page = store.audit_page(None, 100).unwrap();
+        let lines: Vec<&str> = page.iter().map(|e| e.line.as_str()).collect();
+        assert_eq!(lines, ["{\"f\":49}", "{\"f\":48}", "{\"n\":3}", "{\"n\":1}"]);
+        assert_eq!(store.audit_len().unwrap(), 4);
+        // In sequence order across both tables, and paged.
+        let seqs: Vec<u64> = page.iter().map(|e| e.seq).collect();
+        assert!(seqs.windows(2).all(|w| w[0] > w[1]), "{seqs:?}");
+        let older = store.audit_page(Some(page[1].seq), 1).unwrap();
+        assert_eq!(older[0].line, "{\"n\":3}");
+        // An entry dropped is not brought back by an update; a kept one is
+        // rewritten where it is, with the sink's row in the same commit.
+        store.audit_failure_update(first, "{\"count\":9}", &[]).unwrap();
+        assert!(!store.audit_page(None, 100).unwrap().iter().any(|e| e.seq == first));
+        let sink_row = OutboxEvent::new("id-1", "{\"f\":49,\"count\":2}\n");
+        store
+            .audit_failure_update(page[0].seq, "{\"f\":49,\"count\":2}", &[sink_row])
+            .unwrap();
+        let page = store.audit_page(None, 1).unwrap();
+        assert_eq!(page[0].line, "{\"f\":49,\"count\":2}");
+        assert_eq!(page[0].source.as_deref(), Some("10.0.0.8"));
+        assert_eq!(store.outbox_len().unwrap(), 1);
     }
 }

@@ -70,6 +70,12 @@ impl OutboxEvent {
     }
 }
 
+/// The rows of `events` that go to the outbox (not those for the audit
+/// trail alone): what a commit tells the sink it added.
+pub(super) fn delivered(events: &[OutboxEvent]) -> usize {
+    events.iter().filter(|e| e.deliver).count()
+}
+
 /// Called with the number of rows a commit added.
 pub type OutboxListener = Arc<dyn Fn(u64) + Send + Sync>;
 
@@ -142,7 +148,7 @@ impl Store {
     pub fn append_outbox(&self, events: &[OutboxEvent]) -> Result<(), StoreError> {
         let txn = self.write_txn()?;
         append(&txn, events)?;
-        self.commit_with_outbox(txn, events.len(), "committing outbox events")
+        self.commit_with_outbox(txn, delivered(events), "committing outbox events")
     }
 
     /// Up to `limit` rows with a sequence above `after`, oldest first.

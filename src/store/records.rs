@@ -70,7 +70,7 @@ impl Store {
             }
         }
         outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, events.len(), "committing tasks")
+        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing tasks")
     }
 
     /// Instances added from the UI or API, by name. A record that cannot be
@@ -113,7 +113,7 @@ impl Store {
                 .ctx("writing an instance")?;
         }
         outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, events.len(), "committing an instance")
+        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing an instance")
     }
 
     /// Removes the instance and all its task rows in one transaction.
@@ -140,7 +140,7 @@ impl Store {
             existed
         };
         outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, events.len(), "committing an instance delete")?;
+        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing an instance delete")?;
         Ok(existed)
     }
 
@@ -183,7 +183,7 @@ impl Store {
             table.insert(name.as_bytes(), v.as_slice()).ctx("writing settings")?;
         }
         outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, events.len(), "committing settings")
+        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing settings")
     }
 }
 

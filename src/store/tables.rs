@@ -12,6 +12,8 @@
 //! |-------------|----------------------------------------|-------|
 //! | `meta`      | `schema_version`                       | `u32` |
 //! |             | `outbox_next_seq`                      | `u64`, the next `outbox` key |
+//! |             | `audit_next_seq`                       | `u64`, the next `audit` / `audit_failed` key |
+//! |             | `audit_caps`                           | `[u64; 2]`, when set: the entries `audit` and `audit_failed` keep, instead of 100,000 and 10,000 |
 //! | `tasks`     | instance `\0` group                    | `TaskRecord` (`StoredTask`): a task's schedule, failures, breaker, dead-letter state |
 //! | `instances` | instance name                          | `InstanceConfig` (`StoredInstance`) added from the UI or API (the config file's are not stored); its credentials sealed (`sealing`) |
 //! | `settings`  | `monitoring`                           | JSON patch over the file's monitoring settings |
@@ -25,6 +27,7 @@
 //! | `values`    | instance `\0` group                    | `TaskValues` (`StoredValues`): the samples a task's value rules gave at its last good poll, written when they change |
 //! | `bodies`    | instance `\0` group `\0` fan-out item ("" for none) | `BodyRecord` (`StoredBody`): a `keep_body` group's last good body, written when it changes |
 //! | `audit`     | sequence, `u64` big-endian             | `AuditEntry` (`StoredAudit`): who changed what, from where, when: an operator action's or settings change's event line; the last 90 days or 100,000 entries |
+//! | `audit_failed` | sequence, `u64` big-endian (the `audit` sequence) | `AuditEntry` (`StoredAudit`): failed logins and token requests, one entry per address and window, updated in place; a share of the trail of their own (10,000 entries, 90 days), so no flood of them pushes an operator action out |
 //! | `aimd`      | budget pool name                       | `AimdState` (`StoredAimd`): the pool's effective budget, last decrease and 429 (and its level), recovery in progress |
 //!
 //! The `meta` table's name, types and `schema_version` entry are a contract
@@ -66,10 +69,24 @@ pub(crate) const VALUES: Table = table("values");
 pub(crate) const BODIES: Table = table("bodies");
 pub(crate) const AIMD: Table = table("aimd");
 pub(crate) const AUDIT: Table = table("audit");
+pub(crate) const AUDIT_FAILED: Table = table("audit_failed");
 
 /// Every table: created at open, copied by backup. A new table goes here.
-pub(crate) const ALL: [Table; 13] = [
-    META, TASKS, INSTANCES, SETTINGS, TOKENS, USERS, SESSIONS, HISTORY, OUTBOX, VALUES, BODIES, AIMD, AUDIT,
+pub(crate) const ALL: [Table; 14] = [
+    META,
+    TASKS,
+    INSTANCES,
+    SETTINGS,
+    TOKENS,
+    USERS,
+    SESSIONS,
+    HISTORY,
+    OUTBOX,
+    VALUES,
+    BODIES,
+    AIMD,
+    AUDIT,
+    AUDIT_FAILED,
 ];
 
 /// `meta` key holding the schema version.

@@ -176,7 +176,7 @@ impl Store {
         };
         let events = events(&created.1);
         outbox::append(&txn, &events)?;
-        self.commit_with_outbox(txn, events.len(), "committing a token")?;
+        self.commit_with_outbox(txn, super::outbox::delivered(&events), "committing a token")?;
         Ok(created)
     }
 
@@ -230,7 +230,7 @@ impl Store {
         };
         let events = if removed { events } else { &[] };
         outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, events.len(), "committing a token revocation")?;
+        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing a token revocation")?;
         Ok(removed)
     }
 }

@@ -46,7 +46,7 @@ impl Store {
             table.insert(user.name.as_bytes(), v.as_slice()).ctx("writing a user")?;
         }
         outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, events.len(), "committing a user")
+        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing a user")
     }
 
     pub fn user_count(&self) -> Result<u64, StoreError> {

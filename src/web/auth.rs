@@ -67,6 +67,15 @@ pub enum Principal {
 }
 
 impl Principal {
+    /// A browser session or an admin token: may see the audit trail and
+    /// the token list, and change things.
+    pub fn is_admin(&self) -> bool {
+        match self {
+            Principal::Token { scope, .. } => *scope == TokenScope::Admin,
+            Principal::Session { .. } => true,
+        }
+    }
+
     /// Who did it, for logs and events.
     pub fn actor(&self) -> String {
         match self {
@@ -80,6 +89,40 @@ fn bearer(req: &Request) -> Option<&str> {
     let v = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = v.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+}
+
+/// A bearer token that is not valid: counted for the audit trail per
+/// address and window (`crate::web::failed_auth`). Never the token itself:
+/// the target says only whether it has the `pst_` form.
+async fn token_failed(app: &AppState, client: Option<std::net::IpAddr>, token: &str) {
+    let Some(ip) = client else { return };
+    let target = if token.starts_with(crate::store::TOKEN_PREFIX) {
+        crate::store::TOKEN_PREFIX
+    } else {
+        "not a pollster token"
+    };
+    tracing::warn!(client = %ip, "request with an invalid API token");
+    super::failed_auth::record(app, super::failed_auth::Kind::Token, ip, "anonymous", target).await;
+}
+
+/// The client's address (as the audit trail has it), when the server
+/// recorded the peer.
+fn client_of(app: &AppState, req: &Request) -> Option<std::net::IpAddr> {
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())?;
+    Some(app.web.client_ip(peer, req.headers()))
+}
+
+/// A request authenticated by a bearer token keeps no session: whatever a
+/// handler put in the (new) session is dropped before the session layer
+/// would store it and set a cookie. A session the client already had (it
+/// sent its cookie too) is left alone.
+async fn sessionless(session: &Session) {
+    if session.id().is_none() {
+        session.clear().await;
+    }
 }
 
 /// A page asked for as JSON (`?format=json`).
@@ -97,8 +140,11 @@ pub async fn require_auth(
     next: Next,
 ) -> Result<Response, ApiError> {
     if let Some(token) = bearer(&req).map(str::to_owned) {
-        let found = app.with_store(move |s| s.verify_token(&token)).await?;
+        let t = token.clone();
+        let found = app.with_store(move |s| s.verify_token(&t)).await?;
         let Some(info) = found else {
+            let client = client_of(&app, &req);
+            token_failed(&app, client, &token).await;
             return Err(ApiError::unauthorized());
         };
         if info.scope == TokenScope::Read
@@ -107,7 +153,9 @@ pub async fn require_auth(
             return Err(refused);
         }
         req.extensions_mut().insert(token_principal(info));
-        return Ok(next.run(req).await);
+        let resp = next.run(req).await;
+        sessionless(&session).await;
+        return Ok(resp);
     }
     let Some(user) = session::user(&session).await else {
         return Err(ApiError::unauthorized());
@@ -138,9 +186,15 @@ pub async fn require_scrape_token(State(app): State<AppState>, req: Request, nex
     let Some(token) = bearer(&req).map(str::to_owned) else {
         return Err(ApiError::unauthorized());
     };
-    match app.with_store(move |s| s.verify_token(&token)).await? {
+    let t = token.clone();
+    match app.with_store(move |s| s.verify_token(&t)).await? {
         Some(info) if matches!(info.scope, TokenScope::Read | TokenScope::Admin) => Ok(next.run(req).await),
-        _ => Err(ApiError::unauthorized()),
+        Some(_) => Err(ApiError::unauthorized()),
+        None => {
+            let client = client_of(&app, &req);
+            token_failed(&app, client, &token).await;
+            Err(ApiError::unauthorized())
+        }
     }
 }
 
@@ -152,12 +206,19 @@ pub async fn require_login(State(app): State<AppState>, session: Session, mut re
     if session::is_safe(req.method())
         && let Some(token) = bearer(&req).map(str::to_owned)
     {
-        return match app.with_store(move |s| s.verify_token(&token)).await {
+        let t = token.clone();
+        return match app.with_store(move |s| s.verify_token(&t)).await {
             Ok(Some(info)) => {
                 req.extensions_mut().insert(token_principal(info));
-                next.run(req).await
+                let resp = next.run(req).await;
+                sessionless(&session).await;
+                resp
             }
-            Ok(None) => ApiError::unauthorized().into_response(),
+            Ok(None) => {
+                let client = client_of(&app, &req);
+                token_failed(&app, client, &token).await;
+                ApiError::unauthorized().into_response()
+            }
             Err(e) => e.into_response(),
         };
     }

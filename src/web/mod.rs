@@ -7,6 +7,7 @@ pub mod assets;
 pub mod auth;
 pub mod chart;
 pub mod error;
+pub mod failed_auth;
 pub mod ops;
 pub mod pages;
 pub mod pool_view;
@@ -42,6 +43,8 @@ pub struct WebState {
     /// The last health document and when its build started.
     pub health_cache: std::sync::Mutex<Option<(std::time::Instant, axum::body::Bytes)>>,
     pub throttle: std::sync::Mutex<throttle::LoginThrottle>,
+    /// Failed logins and token requests being counted for the audit trail.
+    pub failures: std::sync::Mutex<failed_auth::FailureLog>,
     /// Password checks (argon2, about 19 MiB each) that may run at once;
     /// an attempt beyond them is refused with 429 and `Retry-After`.
     pub password_checks: Arc<tokio::sync::Semaphore>,
@@ -64,6 +67,7 @@ impl Default for WebState {
             render_slot: tokio::sync::Semaphore::new(1),
             health_cache: Default::default(),
             throttle: Default::default(),
+            failures: Default::default(),
             password_checks: Arc::new(tokio::sync::Semaphore::new(PASSWORD_CHECKS)),
             proxies: Vec::new(),
             setup_code: Default::default(),
@@ -139,6 +143,10 @@ impl WebState {
 
     pub fn throttle(&self) -> std::sync::MutexGuard<'_, throttle::LoginThrottle> {
         self.throttle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn failures(&self) -> std::sync::MutexGuard<'_, failed_auth::FailureLog> {
+        self.failures.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

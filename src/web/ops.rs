@@ -615,11 +615,18 @@ pub async fn save_sink(app: &AppState, patch: Value, actor: &str) -> Result<Opti
         Some(c)
     };
     let saved = serde_json::to_value(&next).map_err(ApiError::internal)?;
-    // Staged by the new settings, not the old: a sink turned on records it;
-    // one turned off has no receiver to tell.
     let shown = next.as_ref().map(sink_json).unwrap_or(Value::Null);
     let event = Event::settings(app.engine.now(), actor, SettingsSection::Sink, shown);
-    let events: Vec<OutboxEvent> = next.iter().map(|_| event.to_outbox(&mut rand::rng())).collect();
+    // Always to the audit trail. To the sink by the new settings, not the
+    // old: a sink turned on records it; one turned off has no receiver to
+    // tell.
+    let mut row = event.to_outbox(&mut rand::rng());
+    row.deliver = next.is_some();
+    row.audit = Some(crate::store::AuditStamp {
+        time: event.time,
+        source: crate::audit::current_source(),
+    });
+    let events = vec![row];
     app.with_store(move |s| s.put_settings_with_events(SINK_KEY, &saved, &events))
         .await?;
     app.engine.apply_sink_config(next.clone());

@@ -993,3 +993,318 @@ async fn every_kind_of_action_is_audited_with_who_from_where_and_the_fields_but_
     assert!(!page.contains(secret));
     app.stop().await;
 }
+
+/// A loopback event receiver: answers 204 and keeps every line posted.
+async fn event_receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/events", listener.local_addr().expect("addr"));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut b = [0u8; 4096];
+                loop {
+                    let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n");
+                    if let Some(end) = head_end {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).to_string();
+                            let mut seen = s.lock().expect("lock");
+                            seen.extend(body.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()));
+                            break;
+                        }
+                    }
+                    match stream.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&b[..n]),
+                    }
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// The whole audit trail, newest first, through the API.
+async fn audit_entries(app: &TestApp) -> Vec<Value> {
+    app.get_json("/api/admin/audit?limit=1000").await["entries"]
+        .as_array()
+        .expect("entries")
+        .clone()
+}
+
+/// Poll the trail until `pred` holds for it (counts of failures are
+/// written within a second); after 10 s, the trail as it is (the caller's
+/// assertions then say what is missing).
+async fn wait_audit(app: &TestApp, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let start = std::time::Instant::now();
+    loop {
+        let entries = audit_entries(app).await;
+        if pred(&entries) {
+            return entries;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            eprintln!("waited 10 s for {what} in vain");
+            return entries;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_failed_logins_never_pushes_an_operator_action_out_of_the_trail() {
+    let (sink_url, events) = event_receiver().await;
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    // The trail is capped small, so a flood fits in a test: 6 operator
+    // entries, 4 failure entries (the appliance keeps 100,000 and 10,000).
+    app.store().set_audit_caps(6, 4).expect("caps");
+    setup(&app).await;
+    let (s, body) = app
+        .send(
+            reqwest::Method::PUT,
+            "/api/settings/sink",
+            Some(json!({"url": sink_url})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    // The operator action the flood must not wipe.
+    let (s, body) = app
+        .send(
+            reqwest::Method::PUT,
+            "/api/settings/monitoring",
+            Some(json!({"scheduler": {"workers": 7}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+
+    // Three wrong passwords from one address: one entry, with a count.
+    let one = client_from("127.0.9.1");
+    for _ in 0..3 {
+        assert_eq!(login(&one, &app, "wrong-password").await.0, 401);
+    }
+    let entries = wait_audit(&app, "a count of 3", |e| {
+        e.iter()
+            .any(|e| e["action"] == "login.failed" && e["source"] == "127.0.9.1" && e["count"] == 3)
+    })
+    .await;
+    assert_eq!(
+        entries.iter().filter(|e| e["source"] == "127.0.9.1").count(),
+        1,
+        "{entries:#?}"
+    );
+    // The flood: wrong passwords from 8 rotating addresses, each an entry
+    // of its own, more than both caps (one at a time: each is checked).
+    for n in 0..8 {
+        let http = client_from(&format!("127.0.10.{}", n + 1));
+        assert_eq!(login(&http, &app, "guess").await.0, 401, "{n}");
+    }
+    let entries = audit_entries(&app).await;
+    let failed = entries.iter().filter(|e| e["action"] == "login.failed").count();
+    assert!(failed <= 4, "failures keep to their share: {entries:#?}");
+    let kept = entries
+        .iter()
+        .find(|e| e["action"] == "settings.monitoring")
+        .unwrap_or_else(|| panic!("the operator action was pushed out: {entries:#?}"));
+    assert_eq!(kept["fields"], json!(["scheduler"]));
+    assert!(entries.iter().any(|e| e["action"] == "account.create"), "{entries:#?}");
+    // The sink gets one event per address and window, with its count, when
+    // the window closes (here: at shutdown), not one per failure: what it
+    // received, and what waits in the outbox for it.
+    let dir = app.keep_data_dir().await;
+    let mut events = events.lock().expect("lock").clone();
+    let store = pollster::store::Store::open(dir.path()).expect("open");
+    for (_, row) in store.outbox_page(0, 1000).expect("outbox") {
+        events.push(serde_json::from_str(&row.expect("row").line).expect("json"));
+    }
+    // A receiver de-duplicates change events by id.
+    let by_id: BTreeMap<String, Value> = events
+        .into_iter()
+        .filter(|e| e["action"] == "login.failed")
+        .map(|e| (e["id"].as_str().unwrap_or_default().to_string(), e))
+        .collect();
+    let failed: Vec<&Value> = by_id.values().collect();
+    let from_one: Vec<&&Value> = failed.iter().filter(|e| e["source"] == "127.0.9.1").collect();
+    assert_eq!(from_one.len(), 1, "{failed:#?}");
+    assert_eq!(from_one[0]["count"], 3);
+    assert!(from_one[0]["id"].as_str().is_some_and(|id| id.len() == 26));
+    assert_eq!(failed.len(), 9, "one per address: {failed:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_token_gets_403_on_the_security_page_and_no_request_with_a_token_gets_a_session() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    setup(&app).await;
+    let (read, _) = app
+        .store()
+        .create_token(
+            "reader",
+            pollster::store::TokenScope::Read,
+            pollster::model::Timestamp::now(),
+        )
+        .expect("token");
+    let http = client();
+    let r = http
+        .get(app.url("/settings/security"))
+        .bearer_auth(&read)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(session_cookie(&r).is_none());
+    let body = r.text().await.expect("body");
+    assert!(!body.contains("reader") && !body.contains("Audit trail"), "{body}");
+    // An admin token sees the page, with the trail and the tokens.
+    let r = http
+        .get(app.url("/settings/security"))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(session_cookie(&r).is_none(), "no cookie for a token");
+    let page = r.text().await.expect("body");
+    assert!(
+        page.contains("Audit trail") && page.contains("<td>reader</td>"),
+        "{page}"
+    );
+
+    // No page or API answer to a token sets a cookie, and no session row
+    // is written.
+    let sessions = app.store().session_count().expect("count");
+    for token in [&read, &app.token] {
+        for path in [
+            "/",
+            "/instances",
+            "/instances/x",
+            "/status",
+            "/status?format=json",
+            "/settings",
+            "/settings/system/monitoring",
+            "/settings/system/sink",
+            "/settings/security",
+            "/api/instances",
+            "/api/monitoring/scheduler/health",
+        ] {
+            let r = http.get(app.url(path)).bearer_auth(token).send().await.expect("get");
+            assert!(r.status().as_u16() < 500, "{path}: {}", r.status());
+            assert!(r.headers().get("set-cookie").is_none(), "{path}: {:?}", r.headers());
+        }
+    }
+    assert_eq!(app.store().session_count().expect("count"), sessions);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_sink_changes_and_bad_tokens_are_audited() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    setup(&app).await;
+    // The sink turned on, then off (through the API, with the admin token).
+    let (s, body) = app
+        .send(
+            reqwest::Method::PUT,
+            "/api/settings/sink",
+            Some(json!({"url": "http://127.0.0.1:9/events", "headers": {"Authorization": "Bearer sink-secret"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let (s, body) = app
+        .send(
+            reqwest::Method::PUT,
+            "/api/settings/sink",
+            Some(json!({"enabled": false})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    // Three wrong tokens from one address, on the API and on a page.
+    let bad = "pst_0000000000000000000000000000000000000000";
+    let from = client_from("127.0.11.1");
+    for path in ["/api/instances", "/api/budgets", "/status"] {
+        let r = from.get(app.url(path)).bearer_auth(bad).send().await.expect("get");
+        assert_eq!(r.status().as_u16(), 401, "{path}");
+    }
+    let entries = wait_audit(&app, "three failed tokens", |e| {
+        e.iter().any(|e| e["action"] == "token.failed" && e["count"] == 3)
+    })
+    .await;
+    let text = serde_json::to_string(&entries).expect("json");
+    assert!(!text.contains(bad) && !text.contains("sink-secret"), "{text}");
+    let missing: Vec<&str> = ["token.failed", "account.create", "settings.sink"]
+        .into_iter()
+        .filter(|a| !entries.iter().any(|e| e["action"] == *a))
+        .collect();
+    assert!(missing.is_empty(), "not audited: {missing:?} in {text}");
+    let find = |action: &str| -> &Value {
+        entries
+            .iter()
+            .find(|e| e["action"] == action)
+            .unwrap_or_else(|| panic!("no {action} in {text}"))
+    };
+    let failed = find("token.failed");
+    assert_eq!(failed["source"], "127.0.11.1");
+    assert_eq!(failed["target"], "pst_");
+    let created = find("account.create");
+    assert_eq!(
+        (&created["actor"], &created["target"]),
+        (&json!("setup"), &json!("admin"))
+    );
+    assert_eq!(created["source"], "127.0.0.1");
+    let sink: Vec<&Value> = entries.iter().filter(|e| e["action"] == "settings.sink").collect();
+    assert_eq!(sink.len(), 2, "on and off: {text}");
+    assert!(
+        sink.iter()
+            .all(|e| e["actor"].as_str().is_some_and(|a| a.starts_with("token:tests(")))
+    );
+    assert!(
+        sink[1]["fields"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == "url")),
+        "{text}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_takes_as_long_for_an_unknown_name_as_for_the_admin() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    setup(&app).await;
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (mut known, mut unknown) = (Vec::new(), Vec::new());
+    // Alternated, each from an address of its own (no lockout interferes).
+    for n in 0..3 {
+        for (name, times) in [("admin", &mut known), ("nobody-by-this-name", &mut unknown)] {
+            let http = client_from(&format!(
+                "127.0.12.{}",
+                times.len() + 1 + if name == "admin" { 0 } else { 50 }
+            ));
+            let start = std::time::Instant::now();
+            let r = post_form(
+                &http,
+                app.url("/login"),
+                &[("username", name), ("password", "not-the-password")],
+                &[],
+            )
+            .await;
+            times.push(start.elapsed());
+            assert_eq!(r.status().as_u16(), 401, "{name} {n}");
+        }
+    }
+    let (k, u) = (median(known), median(unknown));
+    let ratio = k.as_secs_f64().max(u.as_secs_f64()) / k.as_secs_f64().min(u.as_secs_f64());
+    eprintln!("login medians: known {k:?}, unknown {u:?}, ratio {ratio:.2}");
+    assert!(ratio < 3.0, "known {k:?}, unknown {u:?}");
+    app.stop().await;
+}

@@ -259,6 +259,24 @@ pub struct OperatorEvent {
     /// An instance change: the fields it set or changed (never their values).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<String>,
+    /// `login.failed` and `token.failed` only: how many failures from one
+    /// address in one window this event stands for.
+    #[serde(flatten)]
+    pub failures: Option<FailureCount>,
+}
+
+/// The failures one `login.failed` or `token.failed` event stands for: from
+/// one address (or from many, past the aggregation bound) within one window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureCount {
+    /// Failures counted.
+    pub count: u64,
+    /// The first and the last of them (RFC 3339 UTC, milliseconds).
+    pub first: String,
+    pub last: String,
+    /// The client's address (an IPv6 client's /64), or `*` for addresses
+    /// counted together once too many were failing at once.
+    pub source: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

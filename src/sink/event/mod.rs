@@ -80,8 +80,9 @@
 //! | field    | type   | meaning                                                                  |
 //! |----------|--------|--------------------------------------------------------------------------|
 //! | `actor`  | string | who did it                                                               |
-//! | `action` | string | dotted verb: `instance.create`, `instance.update`, `instance.delete`, `token.create`, `token.revoke`, `password.change` |
+//! | `action` | string | dotted verb: `instance.create`, `instance.update`, `instance.delete`, `token.create`, `token.revoke`, `password.change`, `account.create`, `login`, `login.failed`, `token.failed` |
 //! | `target` | string | what it was done to, e.g. the instance name                              |
+//! | `count`, `first`, `last`, `source` | number, string, string, string | `login.failed` and `token.failed` only: the failures from one address within one window this event stands for (see docs/EVENTS.md) |
 //!
 //! ## `test` — sent by the "send test event" button
 //!
@@ -110,8 +111,8 @@ mod tests;
 
 pub use id::new_event_id;
 pub use kinds::{
-    BreakerEvent, DeadLetterAction, DeadLetterEvent, EventError, EventFailedItem, OperatorEvent, PollEvent,
-    PollOutcome, PoolEvent, PoolTransition, SettingsEvent, SettingsSection, TestEvent,
+    BreakerEvent, DeadLetterAction, DeadLetterEvent, EventError, EventFailedItem, FailureCount, OperatorEvent,
+    PollEvent, PollOutcome, PoolEvent, PoolTransition, SettingsEvent, SettingsSection, TestEvent,
 };
 
 use crate::model::Timestamp;
@@ -221,6 +222,7 @@ impl Event {
                 action: action.into(),
                 target: target.into(),
                 fields: Vec::new(),
+                failures: None,
             }),
         }
     }
@@ -229,6 +231,15 @@ impl Event {
     pub fn with_fields(mut self, fields: Vec<String>) -> Event {
         if let EventKind::Operator(o) = &mut self.kind {
             o.fields = fields;
+        }
+        self
+    }
+
+    /// An operator event standing for several failures (`login.failed`,
+    /// `token.failed`).
+    pub fn with_failures(mut self, failures: FailureCount) -> Event {
+        if let EventKind::Operator(o) = &mut self.kind {
+            o.failures = Some(failures);
         }
         self
     }

@@ -37,7 +37,8 @@ pub struct AuditView {
     /// Who: `user:NAME`, `token:NAME(ID)` or `cli`.
     pub actor: String,
     /// What: `login`, `login.failed`, `token.create`, `token.revoke`,
-    /// `password.change`, `instance.create|update|delete`,
+    /// `password.change`, `account.create` (the first admin, through
+    /// `/setup`), `token.failed`, `instance.create|update|delete`,
     /// `settings.monitoring|budget|sink`, `dead_letter.retried|discarded|enabled`.
     pub action: String,
     /// What it was done to: a user, token, instance, pool or task.
@@ -47,6 +48,11 @@ pub struct AuditView {
     pub source: Option<String>,
     /// The fields an instance or settings change set (never the values).
     pub fields: Vec<String>,
+    /// `login.failed` and `token.failed`: the failures from this source in
+    /// one window that the entry stands for (it is updated in place as more
+    /// come); absent on other entries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
 }
 
 impl AuditView {
@@ -82,6 +88,7 @@ impl AuditView {
             target,
             source: e.source.clone(),
             fields,
+            count: v.get("count").and_then(Value::as_u64),
         }
     }
 }

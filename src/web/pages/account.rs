@@ -103,6 +103,10 @@ impl NotChecked {
     fn message(&self) -> String {
         match self {
             NotChecked::Throttled(Refusal::Locked(left)) => lockout_message(*left),
+            NotChecked::Throttled(Refusal::Account(left)) => {
+                let secs = left.as_secs().max(1);
+                format!("Too many failed logins for this account lately. Try again in {secs} second(s).")
+            }
             NotChecked::Throttled(Refusal::InFlight) => {
                 "Your previous attempt is still being checked. Try again in a moment.".into()
             }
@@ -117,24 +121,27 @@ impl NotChecked {
 struct PasswordCheck {
     app: AppState,
     ip: IpAddr,
+    /// The account the check is for (`None` for the setup code).
+    account: Option<String>,
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
     finished: bool,
 }
 
 impl PasswordCheck {
-    fn begin(app: &AppState, ip: IpAddr) -> Result<PasswordCheck, NotChecked> {
+    fn begin(app: &AppState, ip: IpAddr, account: Option<&str>) -> Result<PasswordCheck, NotChecked> {
         let logins = &app.engine.metrics().logins;
         let Ok(permit) = app.web.password_checks.clone().try_acquire_owned() else {
             logins.with_label_values(&["busy"]).inc();
             return Err(NotChecked::Busy);
         };
-        if let Err(r) = app.web.throttle().begin(ip, Timestamp::now()) {
+        if let Err(r) = app.web.throttle().begin(ip, account, Timestamp::now()) {
             logins.with_label_values(&["locked"]).inc();
             return Err(NotChecked::Throttled(r));
         }
         Ok(PasswordCheck {
             app: app.clone(),
             ip,
+            account: account.map(str::to_owned),
             permit: Some(permit),
             finished: false,
         })
@@ -157,7 +164,10 @@ impl PasswordCheck {
         self.finished = true;
         let result = if ok { "success" } else { "failure" };
         self.app.engine.metrics().logins.with_label_values(&[result]).inc();
-        self.app.web.throttle().finish(self.ip, ok, Timestamp::now())
+        self.app
+            .web
+            .throttle()
+            .finish(self.ip, self.account.as_deref(), ok, Timestamp::now())
     }
 }
 
@@ -214,7 +224,7 @@ pub async fn setup(
         return Redirect::to("/login").into_response();
     }
     let ip = app.web.client_ip(peer.ip(), &headers);
-    let mut check = match PasswordCheck::begin(&app, ip) {
+    let mut check = match PasswordCheck::begin(&app, ip, None) {
         Ok(c) => c,
         Err(why) => return not_checked(|m| setup_page_with(&app, Some(m)).into_response(), why),
     };
@@ -222,6 +232,7 @@ pub async fn setup(
     let code_ok = expected.is_some_and(|c| session::same_token(f.setup_code.trim(), &c));
     if !code_ok {
         check.finish(false);
+        crate::web::failed_auth::record(&app, crate::web::failed_auth::Kind::Login, ip, "setup", "setup code").await;
         tracing::warn!(client = %ip, "wrong setup code");
         let page = setup_page_with(
             &app,
@@ -241,8 +252,12 @@ pub async fn setup(
     }
     let store = app.engine.store().clone();
     let pw = f.password;
+    // The first admin, to the audit trail with the password (the setup
+    // code is its credential: the actor is `setup`).
+    let event = crate::sink::event::Event::operator(Timestamp::now(), "setup", "account.create", ADMIN);
+    let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
     let res = check
-        .run(move || accounts::set_admin_password(&store, &pw, Timestamp::now()))
+        .run(move || accounts::set_admin_password_with_events(&store, &pw, Timestamp::now(), &events))
         .await;
     check.finish(true);
     match res {
@@ -293,25 +308,20 @@ pub async fn login(
     Form(f): Form<LoginForm>,
 ) -> Response {
     let ip = app.web.client_ip(peer.ip(), &headers);
-    let mut check = match PasswordCheck::begin(&app, ip) {
+    let mut check = match PasswordCheck::begin(&app, ip, Some(f.username.trim())) {
         Ok(c) => c,
         Err(why) => return not_checked(|m| login_error(StatusCode::TOO_MANY_REQUESTS, m), why),
     };
     let store = app.engine.store().clone();
     let user = f.username.trim().to_string();
     let pw = f.password;
+    // An unknown name costs the same argon2 check as a known one.
     let ok = check
-        .run(move || {
-            store
-                .get_user(&user)
-                .ok()
-                .flatten()
-                .is_some_and(|u| accounts::verify_password(&pw, &u.password_hash))
-        })
+        .run(move || accounts::check_login(&store, &user, &pw))
         .await
         .unwrap_or(false);
     let lock = check.finish(ok);
-    record_login(&app, f.username.trim(), ok).await;
+    record_login(&app, ip, f.username.trim(), ok).await;
     if !ok {
         tracing::warn!(client = %ip, "failed login");
         return match lock {
@@ -328,12 +338,17 @@ pub async fn login(
 }
 
 /// A checked login, failed or not, to the audit trail (and the sink): the
-/// name as typed (at most 64 characters), never the password. Best effort:
+/// name as typed (at most 64 characters), never the password. Failures are
+/// counted per address and window (`crate::web::failed_auth`). Best effort:
 /// a store error is logged, the login goes on.
-async fn record_login(app: &AppState, user: &str, ok: bool) {
+async fn record_login(app: &AppState, ip: IpAddr, user: &str, ok: bool) {
     let user: String = user.chars().take(64).collect();
-    let action = if ok { "login" } else { "login.failed" };
-    let event = crate::sink::event::Event::operator(Timestamp::now(), &format!("user:{user}"), action, &user);
+    if !ok {
+        let kind = crate::web::failed_auth::Kind::Login;
+        crate::web::failed_auth::record(app, kind, ip, &format!("user:{user}"), &user).await;
+        return;
+    }
+    let event = crate::sink::event::Event::operator(Timestamp::now(), &format!("user:{user}"), "login", &user);
     let Some(row) = app.engine.sink().stage(&event) else {
         return;
     };
@@ -407,8 +422,21 @@ async fn security(
     }
 }
 
-pub async fn security_page(State(app): State<AppState>, session: Session) -> SecurityPage {
-    security(&app, &session, None, None, None).await
+/// The Security page shows the audit trail and the token list: admin
+/// scope only (a session, or an admin token); a read token gets 403.
+pub async fn security_page(
+    State(app): State<AppState>,
+    Extension(who): Extension<Principal>,
+    session: Session,
+) -> Response {
+    if !who.is_admin() {
+        return (
+            StatusCode::FORBIDDEN,
+            "A read token cannot read the audit trail or the token list; use an admin token.",
+        )
+            .into_response();
+    }
+    security(&app, &session, None, None, None).await.into_response()
 }
 
 #[derive(Deserialize)]
@@ -442,7 +470,7 @@ pub async fn change_password(
         return StatusCode::FORBIDDEN.into_response();
     };
     let ip = app.web.client_ip(peer.ip(), &headers);
-    let mut check = match PasswordCheck::begin(&app, ip) {
+    let mut check = match PasswordCheck::begin(&app, ip, Some(&user)) {
         Ok(c) => c,
         Err(why) => {
             let page = security(&app, &session, Some(why.message()), None, None).await;
