@@ -176,6 +176,14 @@ pub enum AdminCommand {
         /// A file whose first line is the backup's passphrase.
         #[arg(long)]
         passphrase_file: PathBuf,
+        /// The largest scrypt work factor (log2 N) to open. Backups of this
+        /// release use 16 and the default allows 17 (128 MiB); a backup
+        /// made with an earlier release was tuned to its machine (often 18
+        /// to 20: 256 MiB to 1 GiB of memory). Raise it only for a file you
+        /// trust.
+        #[arg(long, default_value_t = crate::secrets::backup::MAX_WORK_FACTOR,
+              value_parser = clap::value_parser!(u8).range(crate::secrets::backup::MAX_WORK_FACTOR as i64..=crate::secrets::backup::MAX_ALLOWED_WORK_FACTOR as i64))]
+        max_work_factor: u8,
     },
 }
 
@@ -465,7 +473,8 @@ pub fn admin(cmd: AdminCommand, out: &mut dyn Write) -> Result<(), Failure> {
             dir,
             file,
             passphrase_file,
-        } => w(out, secrets::restore(&dir, &file, &passphrase_file)?)?,
+            max_work_factor,
+        } => w(out, secrets::restore(&dir, &file, &passphrase_file, max_work_factor)?)?,
     }
     Ok(())
 }

@@ -203,11 +203,11 @@ pub fn backup(dir: &DataDirArgs, passphrase_file: &Path, out: &Path) -> Result<S
 /// directory's key (made now if there is none yet). The inside is streamed
 /// to a work file in the data directory (never held in memory), refused
 /// when the disk cannot hold it and its sealed copy.
-pub fn restore(dir: &DataDirArgs, file: &Path, passphrase_file: &Path) -> Result<String, Failure> {
+pub fn restore(dir: &DataDirArgs, file: &Path, passphrase_file: &Path, max_work_factor: u8) -> Result<String, Failure> {
     let pass = read_passphrase(passphrase_file)?;
     let (data_dir, env) = locate(dir)?;
     let existed = data_dir.exists();
-    let result = restore_into(&data_dir, env.as_deref(), file, &pass);
+    let result = restore_into(&data_dir, env.as_deref(), file, &pass, max_work_factor);
     if result.is_err() && !existed {
         // Only if still empty: nothing of the failed restore is left.
         let _ = std::fs::remove_dir(&data_dir);
@@ -215,7 +215,13 @@ pub fn restore(dir: &DataDirArgs, file: &Path, passphrase_file: &Path) -> Result
     result
 }
 
-fn restore_into(data_dir: &Path, env: Option<&Path>, file: &Path, pass: &str) -> Result<String, Failure> {
+fn restore_into(
+    data_dir: &Path,
+    env: Option<&Path>,
+    file: &Path,
+    pass: &str,
+    max_work_factor: u8,
+) -> Result<String, Failure> {
     let cannot_read = |e: std::io::Error| config_failure(format!("cannot read {}: {e}", file.display()));
     let input = std::fs::File::open(file).map_err(cannot_read)?;
     let size = input.metadata().map_err(cannot_read)?.len();
@@ -245,7 +251,7 @@ fn restore_into(data_dir: &Path, env: Option<&Path>, file: &Path, pass: &str) ->
     let plain = WorkFile(data_dir.join(format!("{}.restore-plain", crate::store::FILE_NAME)));
     let out = create_private(&plain.0).map_err(|e| fail(format!("cannot write {}: {e}", plain.0.display())))?;
     let mut w = std::io::BufWriter::new(out);
-    backup::decrypt_to(std::io::BufReader::new(input), &mut w, pass, size)
+    backup::decrypt_to(std::io::BufReader::new(input), &mut w, pass, size, max_work_factor)
         .and_then(|_| w.into_inner().map_err(|e| BackupError::Io(e.into_error())).map(drop))
         .map_err(|e| match e {
             BackupError::Io(e) => fail(format!("cannot write {}: {e}; nothing was changed", plain.0.display())),

@@ -24,6 +24,11 @@ pub const WORK_FACTOR: u8 = 16;
 /// (128 MiB), so a whole restore stays under 256 MiB of memory.
 pub const MAX_WORK_FACTOR: u8 = WORK_FACTOR + 1;
 
+/// The most an operator may allow with `restore --max-work-factor`, for a
+/// backup written before the work factor was fixed (age tuned it to the
+/// machine: 18–20 is usual). 22 is 4 GiB.
+pub const MAX_ALLOWED_WORK_FACTOR: u8 = 22;
+
 /// The most the inside of a backup may grow to when read into memory
 /// ([`decrypt`]); restores stream to a file instead ([`decrypt_to`]).
 const MAX_PLAIN_BYTES: u64 = 4 << 30;
@@ -45,10 +50,12 @@ pub enum BackupError {
     NotPassphrase,
     #[error(
         "the backup asks for scrypt work factor {log_n} ({} MiB of memory to open); \
-         Pollster writes {WORK_FACTOR} and opens at most {MAX_WORK_FACTOR}: refused before deriving any key",
+         Pollster writes {WORK_FACTOR} and opens at most {max}: refused before deriving any key \
+         (a backup you made with an earlier release was tuned to its machine: if you trust the file, \
+         allow it with --max-work-factor {log_n})",
         scrypt_mib(*log_n)
     )]
-    ExcessiveWork { log_n: u8 },
+    ExcessiveWork { log_n: u8, max: u8 },
     #[error("wrong passphrase, or the backup is damaged")]
     WrongPassphrase,
     #[error("the backup is damaged: {0}")]
@@ -94,26 +101,36 @@ pub fn encrypt_to(mut plain: impl Read, out: impl Write, passphrase: &str) -> Re
 /// truncated file is an error, never a partial result).
 pub fn decrypt(file: &[u8], passphrase: &str) -> Result<Vec<u8>, BackupError> {
     let mut plain = Vec::new();
-    decrypt_to(file, &mut plain, passphrase, MAX_PLAIN_BYTES)?;
+    decrypt_to(file, &mut plain, passphrase, MAX_PLAIN_BYTES, MAX_WORK_FACTOR)?;
     Ok(plain)
 }
 
 /// The inside of the backup `file` reads, written to `out` a chunk at a
 /// time; at most `limit` bytes ([`BackupError::TooLarge`] beyond). The
-/// work factor is checked before any key is derived. What `out` got is
-/// only the backup once this returns `Ok` (with the byte count).
-pub fn decrypt_to(file: impl BufRead, out: &mut impl Write, passphrase: &str, limit: u64) -> Result<u64, BackupError> {
+/// work factor is checked against `max_work_factor` (normally
+/// [`MAX_WORK_FACTOR`]) before any key is derived. What `out` got is only
+/// the backup once this returns `Ok` (with the byte count).
+pub fn decrypt_to(
+    file: impl BufRead,
+    out: &mut impl Write,
+    passphrase: &str,
+    limit: u64,
+    max_work_factor: u8,
+) -> Result<u64, BackupError> {
     let decryptor = age::Decryptor::new_buffered(file).map_err(|e| BackupError::NotAge(e.to_string()))?;
     if !decryptor.is_scrypt() {
         return Err(BackupError::NotPassphrase);
     }
     let mut identity = age::scrypt::Identity::new(SecretString::from(passphrase.to_string()));
-    identity.set_max_work_factor(MAX_WORK_FACTOR);
+    identity.set_max_work_factor(max_work_factor);
     let reader = decryptor
         .decrypt(std::iter::once(&identity as &dyn age::Identity))
         .map_err(|e| match e {
             age::DecryptError::DecryptionFailed | age::DecryptError::NoMatchingKeys => BackupError::WrongPassphrase,
-            age::DecryptError::ExcessiveWork { required, .. } => BackupError::ExcessiveWork { log_n: required },
+            age::DecryptError::ExcessiveWork { required, .. } => BackupError::ExcessiveWork {
+                log_n: required,
+                max: max_work_factor,
+            },
             other => BackupError::Damaged(other.to_string()),
         })?;
     // One byte past the limit tells a file that is too large from one that
@@ -184,7 +201,7 @@ mod tests {
         ));
         let mut out = Vec::new();
         assert!(matches!(
-            decrypt_to(&file[..], &mut out, "correct horse battery", 5),
+            decrypt_to(&file[..], &mut out, "correct horse battery", 5, MAX_WORK_FACTOR),
             Err(BackupError::TooLarge { limit: 5 })
         ));
     }
@@ -198,16 +215,39 @@ mod tests {
 
     #[test]
     fn a_work_factor_above_the_limit_is_refused_before_deriving() {
-        let t = std::time::Instant::now();
         let err = decrypt(&forged_header(23), "correct horse battery").unwrap_err();
-        assert!(matches!(err, BackupError::ExcessiveWork { log_n: 23 }), "{err}");
+        assert!(
+            matches!(err, BackupError::ExcessiveWork { log_n: 23, max: 17 }),
+            "{err}"
+        );
         let text = err.to_string();
         assert!(text.contains("work factor 23") && text.contains("at most 17"), "{text}");
         assert!(text.contains("8192 MiB"), "{text}");
-        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        assert!(text.contains("--max-work-factor 23"), "the way out is named: {text}");
         // At the limit the key is derived (and does not open).
         assert!(matches!(
             decrypt(&forged_header(MAX_WORK_FACTOR), "correct horse battery"),
+            Err(BackupError::WrongPassphrase)
+        ));
+    }
+
+    #[test]
+    fn an_operator_may_allow_the_work_factor_of_an_older_backup() {
+        let file = forged_header(MAX_WORK_FACTOR + 1);
+        let mut out = Vec::new();
+        assert!(matches!(
+            decrypt_to(&file[..], &mut out, "correct horse battery", 1 << 20, MAX_WORK_FACTOR),
+            Err(BackupError::ExcessiveWork { log_n: 18, max: 17 })
+        ));
+        // Allowed, the key is derived (and this forged file does not open).
+        assert!(matches!(
+            decrypt_to(
+                &file[..],
+                &mut out,
+                "correct horse battery",
+                1 << 20,
+                MAX_WORK_FACTOR + 1
+            ),
             Err(BackupError::WrongPassphrase)
         ));
     }
