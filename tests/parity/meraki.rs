@@ -138,7 +138,6 @@ const NOT_GIVEN: &[&str] = &[
     "meraki_ms_port_status",
     "meraki_ms_port_traffic_bytes",
     "meraki_ms_port_usage_bytes",
-    "meraki_ms_ports_by_link_speed_total",
     "meraki_ms_power_usage_watts",
     "meraki_ms_stp_priority",
     "meraki_mt_battery_percentage",
@@ -159,7 +158,6 @@ const NOT_GIVEN: &[&str] = &[
     "meraki_org_devices_total",
     "meraki_org_info",
     "meraki_org_licenses_expiring",
-    "meraki_org_licenses_total",
     "meraki_sensor_alerts_total",
 ];
 
