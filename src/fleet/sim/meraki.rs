@@ -1069,9 +1069,12 @@ fn wireless_ethernet_statuses() -> Value {
         .collect()
 }
 
+/// (downstream, upstream), each (packets, lost).
+type Packets = ((u64, u64), (u64, u64));
+
 /// Downstream and upstream packets and losses of an access point over 5
 /// minutes.
-fn ap_packets(i: usize, tick: u64) -> ((u64, u64), (u64, u64)) {
+fn ap_packets(i: usize, tick: u64) -> Packets {
     let down = 40_000 + i as u64 * 3_100 + tick % 500;
     let up = 12_000 + i as u64 * 900 + tick % 200;
     ((down, down / 200 + i as u64), (up, up / 400 + 1))
@@ -1108,7 +1111,7 @@ fn packet_loss_by_network(tick: u64) -> Value {
             if aps.is_empty() {
                 return None;
             }
-            let sum = |f: fn(((u64, u64), (u64, u64))) -> u64| aps.iter().map(|&i| f(ap_packets(i, tick))).sum::<u64>();
+            let sum = |f: fn(Packets) -> u64| aps.iter().map(|&i| f(ap_packets(i, tick))).sum::<u64>();
             Some(json!({
                 "network": { "id": NETWORKS[n].id, "name": NETWORKS[n].name },
                 "downstream": loss_json(sum(|p| p.0.0), sum(|p| p.0.1)),
@@ -1148,9 +1151,13 @@ fn radios(i: usize) -> [(&'static str, u64, u64, u64); 2] {
     ]
 }
 
+/// A basic service set: SSID name and number, band, channel, width (MHz),
+/// power (dBm), broadcasting.
+type Bss = (&'static str, u64, &'static str, u64, u64, u64, bool);
+
 /// The basic service sets of an access point, as getDeviceWirelessStatus
 /// and getOrganizationWirelessSsidsStatusesByDevice list them.
-fn basic_service_sets(i: usize) -> Vec<(&'static str, u64, &'static str, u64, u64, u64, bool)> {
+fn basic_service_sets(i: usize) -> Vec<Bss> {
     let mut out = Vec::new();
     let on = matches!(DEVICES[i].status, "online" | "alerting");
     for (ssid, number) in SSIDS {
