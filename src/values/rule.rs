@@ -131,6 +131,10 @@ pub struct ValueRule {
     /// Labels whose comma-separated values are sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sorted_lists: Vec<String>,
+    /// Label name → a text every sample of the rule carries as it is
+    /// (`media = "rj45"`), for a label the body has no field for.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fixed_labels: BTreeMap<String, String>,
     /// `stateset`: every state a value can have.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub states: Vec<String>,
@@ -463,6 +467,32 @@ impl ValueRule {
                 sorted: self.sorted_lists.contains(name),
             });
         }
+
+        for (name, text) in &self.fixed_labels {
+            let key = format!("fixed_labels.{name}");
+            check_label_name(&key, name)?;
+            if self.labels.contains_key(name) {
+                return Err(RuleError::new(&key, text, "is also in labels; a label has one source"));
+            }
+            if self.kind == MetricKind::Stateset && *name == *state_label {
+                return Err(RuleError::new(&key, text, "is the state label of this state set"));
+            }
+            if text.is_empty() {
+                return Err(RuleError::new(
+                    &key,
+                    text,
+                    "is empty (a label that is empty is left out)",
+                ));
+            }
+            labels.push(LabelRule {
+                name: Arc::from(name.as_str()),
+                template: Template::literal(text),
+                default: None,
+                sorted: false,
+            });
+        }
+        // Labels in name order, fixed ones among the others.
+        labels.sort_by(|a, b| a.name.cmp(&b.name));
 
         Ok(Rule {
             metric: Arc::from(self.metric.as_str()),

@@ -139,6 +139,13 @@ impl Template {
         Ok(Template { parts: parts.into() })
     }
 
+    /// A label that is always `text` (a rule's `fixed_labels`).
+    pub fn literal(text: &str) -> Template {
+        Template {
+            parts: [Part::Text(text.into())].into(),
+        }
+    }
+
     pub fn uses_key(&self) -> bool {
         self.parts.iter().any(|p| matches!(p, Part::Key))
     }

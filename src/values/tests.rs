@@ -386,12 +386,51 @@ fn bad_rules_are_refused_naming_the_key() {
             "metric = \"x\"\nvalue = \"/a\"\nlabels = { id = \"@item.\" }",
             "labels.id",
         ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nlabels = { media = \"/m\" }\nfixed_labels = { media = \"rj45\" }",
+            "fixed_labels.media",
+        ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nfixed_labels = { instance = \"a\" }",
+            "fixed_labels.instance",
+        ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nfixed_labels = { \"a-b\" = \"a\" }",
+            "fixed_labels.a-b",
+        ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nfixed_labels = { a = \"\" }",
+            "fixed_labels.a",
+        ),
+        (
+            "metric = \"x\"\nkind = \"stateset\"\nvalue = \"/a\"\nstates = [\"a\"]\nfixed_labels = { state = \"s\" }",
+            "fixed_labels.state",
+        ),
     ];
     for (text, key) in cases {
         assert_eq!(compile_err(text).key, key, "{text}");
     }
     // Unknown keys are refused by the reader.
     assert!(toml::from_str::<ValueRule>("metric = \"x\"\nvalue = \"/a\"\nlabel = {}").is_err());
+}
+
+#[test]
+fn fixed_labels_are_on_every_sample_as_written() {
+    let r = compile(
+        "metric = \"meraki_ms_ports_by_media_total\"\nvalue = \"/counts/rj45/total\"\n\
+         labels = { org = \"/org\" }\nfixed_labels = { media = \"rj45\", status = \"{active}\" }",
+    );
+    let x = extract(
+        std::slice::from_ref(&r),
+        &json!({"org": "lab", "counts": {"rj45": {"total": 56}}}),
+        None,
+        DEFAULT_MAX_SERIES,
+    );
+    // Literal text, braces and all: nothing in a fixed label is read.
+    assert_eq!(
+        series(&x),
+        ["meraki_ms_ports_by_media_total{media=rj45,org=lab,status={active}} 56"]
+    );
 }
 
 #[test]

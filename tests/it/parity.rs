@@ -20,27 +20,30 @@
 //! HELP or TYPE). Pollster's node collectors cover every node, not only the
 //! one the exporter talks to, so their series for other nodes are the
 //! documented superset (docs/PARITY.md).
+//!
+//! The Meraki dashboard exporter's comparison is the module `meraki`
+//! (tests/it/parity/meraki.rs); both share `exposition`.
 
 use crate::common;
+mod exposition;
+mod meraki;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
+use exposition::{Exposition, SeriesKey};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use pollster::fleet::sim::{self, SimApi, pve};
 use pollster::model::{Auth, InstanceConfig, Secret};
-use pollster::poll::shape::{self, ItemNames};
-use pollster::values::exposition::{write_head, write_sample};
-use pollster::values::{Context, Extractor, Facts, Rule};
 use serde_json::Value;
 
 /// The simulation tick both pollers see.
@@ -161,126 +164,6 @@ async fn serve_upstream() -> Upstream {
     }
 }
 
-// ---------------------------------------------------------------- series
-
-/// A series: metric name and its non-empty labels (sorted), `instance`
-/// left out.
-type SeriesKey = (String, BTreeMap<String, String>);
-
-#[derive(Debug, Default)]
-struct Exposition {
-    /// Family → (help, type), for families with at least one sample.
-    heads: BTreeMap<String, (String, String)>,
-    series: BTreeMap<SeriesKey, f64>,
-}
-
-fn unescape(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            match chars.next() {
-                Some('n') => out.push('\n'),
-                Some(o) => out.push(o),
-                None => out.push('\\'),
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Parses the text format, keeping metrics that start with `pve_`.
-fn parse_exposition(text: &str) -> Exposition {
-    let mut helps = BTreeMap::new();
-    let mut types = BTreeMap::new();
-    let mut x = Exposition::default();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            helps.insert(name.to_string(), unescape(help));
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, ty) = rest.split_once(' ').unwrap_or((rest, ""));
-            types.insert(name.to_string(), ty.to_string());
-            continue;
-        }
-        if line.starts_with('#') || line.trim().is_empty() {
-            continue;
-        }
-        let (name, labels, value) = parse_sample(line).unwrap_or_else(|| panic!("malformed sample line: {line}"));
-        if !name.starts_with("pve_") {
-            continue;
-        }
-        x.heads.insert(
-            name.clone(),
-            (
-                helps.get(&name).cloned().unwrap_or_default(),
-                types.get(&name).cloned().unwrap_or_default(),
-            ),
-        );
-        let labels = labels
-            .into_iter()
-            .filter(|(k, v)| k != "instance" && !v.is_empty())
-            .collect();
-        let previous = x.series.insert((name, labels), value);
-        assert!(previous.is_none(), "a series appears twice: {line}");
-    }
-    x
-}
-
-fn parse_sample(line: &str) -> Option<(String, BTreeMap<String, String>, f64)> {
-    let name_end = line.find(['{', ' '])?;
-    let name = line[..name_end].to_string();
-    let mut labels = BTreeMap::new();
-    let mut rest = &line[name_end..];
-    if let Some(mut body) = rest.strip_prefix('{') {
-        loop {
-            body = body.trim_start_matches(',');
-            if let Some(after) = body.strip_prefix('}') {
-                rest = after;
-                break;
-            }
-            let (key, after) = body.split_once("=\"")?;
-            // The value runs to the first quote that no backslash escapes.
-            let mut escaped = false;
-            let close = after.char_indices().find_map(|(i, c)| match (escaped, c) {
-                (false, '\\') => {
-                    escaped = true;
-                    None
-                }
-                (false, '"') => Some(i),
-                _ => {
-                    escaped = false;
-                    None
-                }
-            })?;
-            labels.insert(key.trim().to_string(), unescape(&after[..close]));
-            body = &after[close + 1..];
-        }
-    }
-    let value_text = rest.split_whitespace().next()?;
-    let value = match value_text {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        v => v.parse().ok()?,
-    };
-    Some((name, labels, value))
-}
-
-fn show(key: &SeriesKey) -> String {
-    let labels: Vec<String> = key.1.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-    format!("{}{{{}}}", key.0, labels.join(","))
-}
-
-fn same_value(a: f64, b: f64) -> bool {
-    a == b || (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
-}
-
-/// Whether a series Pollster gives and the exporter does not is the
-/// documented superset: a node collector's series for another node.
 fn other_node_series(key: &SeriesKey) -> bool {
     if !NODE_FAMILIES.contains(&key.0.as_str()) {
         return false;
@@ -296,42 +179,6 @@ fn other_node_series(key: &SeriesKey) -> bool {
         (Some(id), None) if id.starts_with("node/") => *id != local,
         _ => false,
     }
-}
-
-/// Every difference between the exporter's series and Pollster's, named.
-fn differences(exporter: &Exposition, ours: &Exposition) -> Vec<String> {
-    let mut diffs = Vec::new();
-    for (key, value) in &exporter.series {
-        match ours.series.get(key) {
-            None => diffs.push(format!("missing: {} {value}", show(key))),
-            Some(v) if !same_value(*v, *value) => {
-                diffs.push(format!("different value: {} exporter {value}, Pollster {v}", show(key)))
-            }
-            Some(_) => {}
-        }
-    }
-    for key in ours.series.keys() {
-        if !exporter.series.contains_key(key) && !other_node_series(key) {
-            diffs.push(format!("extra: {} {}", show(key), ours.series[key]));
-        }
-    }
-    for (family, head) in &exporter.heads {
-        if let Some(ours_head) = ours.heads.get(family) {
-            if ours_head.0 != head.0 {
-                diffs.push(format!(
-                    "different HELP for {family}: exporter {:?}, Pollster {:?}",
-                    head.0, ours_head.0
-                ));
-            }
-            if ours_head.1 != head.1 {
-                diffs.push(format!(
-                    "different TYPE for {family}: exporter {}, Pollster {}",
-                    head.1, ours_head.1
-                ));
-            }
-        }
-    }
-    diffs
 }
 
 // ---------------------------------------------------------------- exporter
@@ -428,153 +275,41 @@ async fn scrape_exporter(exporter: &Exporter, upstream: &Upstream) -> String {
 // ---------------------------------------------------------------- offline
 
 fn pve_type() -> pollster::model::TypeDef {
-    pollster::presets::all()
-        .into_iter()
-        .find(|t| t.name == "pve")
-        .expect("the shipped pve type")
+    exposition::shipped_type("pve")
 }
 
-/// The items each `shape_from` group of `ty` learns from the simulated
-/// cluster, by group.
+/// The simulated cluster's body for a group path at [`TICK`].
+fn body(path: &str) -> Option<Value> {
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    sim::answer(SimApi::Pve, path, query, TICK)
+}
+
 fn learned_items(ty: &pollster::model::TypeDef) -> BTreeMap<String, Vec<String>> {
-    let mut items = BTreeMap::new();
-    for group in &ty.groups {
-        let names = if group.item_fields.is_empty() {
-            ItemNames::from(group.item_field.as_deref())
-        } else {
-            ItemNames::Fields(&group.item_fields)
-        };
-        if let (Some(pointer), Some(doc)) = (&group.shape_from, sim::answer(SimApi::Pve, &group.path, "", TICK)) {
-            let shape = shape::shape_in(&doc, pointer, names).expect("the shape");
-            items.insert(group.name.clone(), shape.items);
-        }
-    }
-    items
+    exposition::learned_items(ty, &body)
 }
 
-/// The exposition the preset's rules give for the simulated cluster's
-/// bodies at [`TICK`], as Pollster would serve them (no `instance`): the
-/// shapes (fan-out items) and facts are read from the bodies first, as the
-/// appliance learns them, then every group's rules run on its body (per
-/// item for a fan-out).
 fn offline_exposition() -> String {
-    let ty = pve_type();
-    let body = |path: &str| sim::answer(SimApi::Pve, path, "", TICK);
-    let items = learned_items(&ty);
-    let mut facts = Facts::new();
-    for group in &ty.groups {
-        if !group.facts.is_empty() {
-            let doc = body(&group.path).expect("a fact group's body");
-            for (name, pointer) in &group.facts {
-                let v = doc.pointer(pointer).expect("the fact");
-                let mut text = String::new();
-                pollster::values::push_text(v, &mut text);
-                facts.insert(name.clone(), text);
-            }
-        }
-    }
-    let mut rules_all: Vec<Rule> = Vec::new();
-    let mut samples = Vec::new();
-    for (g, group) in ty.groups.iter().enumerate() {
-        if group.values.is_empty() {
-            continue;
-        }
-        let rules = group
-            .compile_values("pve", &format!("pve.groups[{g}]"))
-            .expect("the preset's rules compile");
-        let runs: Vec<Option<&str>> = match &group.fan_out {
-            Some(source) => items[source.as_str()].iter().map(|i| Some(i.as_str())).collect(),
-            None => vec![None],
-        };
-        let mut one = Extractor::new(group.max_series);
-        for item in runs {
-            let path = match item {
-                Some(i) => shape::item_path(&group.path, i).expect("an item path"),
-                None => group.path.clone(),
-            };
-            let Some(doc) = body(&path) else {
-                continue; // the offline node: the fan-out item fails
-            };
-            let cx = Context {
-                item,
-                facts: Some(&facts),
-                ..Context::default()
-            };
-            one.feed_in(&rules, &doc, cx);
-        }
-        let out = one.finish();
-        assert!(!out.waiting_for_facts, "group {}: a fact is missing", group.name);
-        samples.extend(out.samples);
-        rules_all.extend(rules);
-    }
-    let mut out = String::new();
-    let mut written = BTreeSet::new();
-    for r in &rules_all {
-        if !written.insert(r.metric.to_string()) {
-            continue;
-        }
-        let mine: Vec<_> = samples.iter().filter(|s| s.metric == r.metric).collect();
-        if mine.is_empty() {
-            continue;
-        }
-        write_head(&mut out, &r.metric, &r.help, r.kind);
-        for s in mine {
-            write_sample(&mut out, &s.metric, None, &s.labels, s.value);
-        }
-    }
-    out
+    exposition::offline_exposition(&pve_type(), &body)
 }
 
 fn report(what: &str, exporter: &Exposition, diffs: &[String]) {
-    let families: BTreeSet<&str> = exporter.series.keys().map(|k| k.0.as_str()).collect();
-    println!(
-        "{what}: compared {} exporter series in {} families",
-        exporter.series.len(),
-        families.len()
-    );
-    assert!(
-        diffs.is_empty(),
-        "{what}: {} differences from prometheus-pve-exporter:\n  {}",
-        diffs.len(),
-        diffs.join("\n  ")
-    );
+    exposition::report(what, "prometheus-pve-exporter", exporter, diffs);
 }
 
-fn recorded_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(RECORDED)
-}
-
-/// The live exporter's answer equals the recording, or it is rewritten
-/// with `PARITY_RECORD=1`.
 fn check_recording(live: &str) {
-    let path = recorded_path();
-    if std::env::var("PARITY_RECORD").as_deref() == Ok("1") {
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("fixture dir");
-        std::fs::write(&path, live).expect("write the recording");
-        println!("recorded the exporter's answer in {}", path.display());
-        return;
-    }
-    let recorded = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let (live, recorded) = (parse_exposition(live), parse_exposition(&recorded));
-    let mut diffs = Vec::new();
-    for (key, value) in &live.series {
-        match recorded.series.get(key) {
-            None => diffs.push(format!("not recorded: {} {value}", show(key))),
-            Some(v) if !same_value(*v, *value) => diffs.push(format!("recorded {v}, live {value}: {}", show(key))),
-            Some(_) => {}
-        }
-    }
-    for key in recorded.series.keys().filter(|k| !live.series.contains_key(*k)) {
-        diffs.push(format!("recorded but not given: {}", show(key)));
-    }
-    if live.heads != recorded.heads {
-        diffs.push("HELP or TYPE lines differ".into());
-    }
-    assert!(
-        diffs.is_empty(),
-        "the exporter no longer gives {RECORDED} (rerun with PARITY_RECORD=1 if the simulator changed on purpose):\n  {}",
-        diffs.join("\n  ")
-    );
+    exposition::check_recording(live, RECORDED, "pve_");
+}
+
+fn parse_exposition(text: &str) -> Exposition {
+    exposition::parse_exposition(text, "pve_")
+}
+
+fn differences(exporter: &Exposition, ours: &Exposition) -> Vec<String> {
+    exposition::differences(exporter, ours, other_node_series)
+}
+
+fn recorded_path() -> std::path::PathBuf {
+    exposition::recorded_path(RECORDED)
 }
 
 // ---------------------------------------------------------------- tests

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use pollster::fleet::sim::{self, SimApi};
 use pollster::model::TypeDef;
-use pollster::values::{DEFAULT_MAX_SERIES, exposition, extract};
+use pollster::values::{Context, DEFAULT_MAX_SERIES, Extractor, Facts, exposition};
 
 /// The tick every body is taken at: the Lyon MX is alerting then.
 const TICK: u64 = 95;
@@ -84,6 +84,20 @@ fn run(api: SimApi, name: &str) -> Run {
         families: BTreeMap::new(),
         skipped: Vec::new(),
     };
+    // The instance's facts first, as the appliance learns them (meraki's
+    // org_id and org_name label the exporter's families).
+    let mut facts = Facts::new();
+    for group in t.groups.iter().filter(|g| !g.facts.is_empty()) {
+        let doc = body(api, &group.path);
+        for (name, pointer) in &group.facts {
+            let v = doc
+                .pointer(pointer)
+                .unwrap_or_else(|| panic!("{}: fact {name}", group.name));
+            let mut text = String::new();
+            pollster::values::push_text(v, &mut text);
+            facts.insert(name.clone(), text);
+        }
+    }
     for (g, group) in t.groups.iter().enumerate() {
         let rules = group
             .compile_values(&t.name, &format!("groups[{g}]"))
@@ -110,7 +124,14 @@ fn run(api: SimApi, name: &str) -> Run {
                 Some(i) => group.path.replace("{item}", i),
                 None => group.path.clone(),
             };
-            let x = extract(&rules, &body(api, &path), item.as_deref(), DEFAULT_MAX_SERIES);
+            let mut one = Extractor::new(DEFAULT_MAX_SERIES);
+            let cx = Context {
+                item: item.as_deref(),
+                facts: Some(&facts),
+                ..Context::default()
+            };
+            one.feed_in(&rules, &body(api, &path), cx);
+            let x = one.finish();
             for ((metric, reason), n) in &x.skipped {
                 out.skipped
                     .push(format!("{}/{:?}: {metric} {} {n}", group.name, item, reason.as_str()));
