@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use exposition::{Exposition, SeriesKey};
+use exposition::{App, Exposition, SeriesKey};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -497,28 +497,7 @@ async fn the_pve_preset_gives_what_prometheus_pve_exporter_gives() {
 
 // ---------------------------------------------------------------- appliance
 
-struct App {
-    metrics_addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<()>>,
-    _data_dir: tempfile::TempDir,
-}
-
-impl App {
-    async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(s) = self.server.take() {
-            let _ = s.await;
-        }
-    }
-}
-
 async fn start_pollster(upstream: &Upstream) -> App {
-    let data_dir = tempfile::tempdir().expect("tempdir");
-    let mut c = pollster::config::load(None, &BTreeMap::new()).expect("default config loads");
-    c.server.data_dir = data_dir.path().to_path_buf();
     let mut instance = InstanceConfig::new(INSTANCE, "pve", &format!("https://{}", upstream.addr));
     instance.auth = Auth::PveToken {
         user: USER.into(),
@@ -526,25 +505,5 @@ async fn start_pollster(upstream: &Upstream) -> App {
         secret: Secret::new(SECRET),
     };
     instance.tls_fingerprint = Some(upstream.fingerprint.clone());
-    c.instances = vec![instance];
-    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let app = pollster::app::Application::build_with_listeners(c, api, metrics)
-        .await
-        .expect("app builds");
-    let metrics_addr = app.metrics_addr();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        app.run_until_stopped(async {
-            let _ = rx.await;
-        })
-        .await
-        .expect("server runs");
-    });
-    App {
-        metrics_addr,
-        stop: Some(tx),
-        server: Some(server),
-        _data_dir: data_dir,
-    }
+    App::start(instance).await
 }

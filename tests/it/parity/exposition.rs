@@ -312,3 +312,53 @@ pub fn check_recording(live: &str, recorded_name: &str, prefix: &str) {
         diffs.join("\n  ")
     );
 }
+
+// ---------------------------------------------------------------- appliance
+
+/// The appliance with one instance, on loopback port 0, and its own data
+/// directory; stopped with [`App::stop`].
+pub struct App {
+    pub metrics_addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+    _data_dir: tempfile::TempDir,
+}
+
+impl App {
+    /// The defaults with `instance` as the only instance.
+    pub async fn start(instance: pollster::model::InstanceConfig) -> App {
+        let data_dir = tempfile::tempdir().expect("tempdir");
+        let mut c = pollster::config::load(None, &BTreeMap::new()).expect("default config loads");
+        c.server.data_dir = data_dir.path().to_path_buf();
+        c.instances = vec![instance];
+        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let app = pollster::app::Application::build_with_listeners(c, api, metrics)
+            .await
+            .expect("app builds");
+        let metrics_addr = app.metrics_addr();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            app.run_until_stopped(async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        App {
+            metrics_addr,
+            stop: Some(tx),
+            server: Some(server),
+            _data_dir: data_dir,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(s) = self.server.take() {
+            let _ = s.await;
+        }
+    }
+}

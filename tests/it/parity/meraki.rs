@@ -23,7 +23,7 @@
 //! exporter does not give (or that are not compared) are the documented
 //! superset.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,7 +40,7 @@ use pollster::fleet::sim::{self, SimApi, meraki};
 use pollster::model::{Auth, InstanceConfig, Secret};
 use serde_json::Value;
 
-use super::exposition::{self, Exposition, SeriesKey};
+use super::exposition::{self, App, Exposition, SeriesKey};
 
 /// The simulation tick both pollers see: the Lyon appliance alerting.
 const TICK: u64 = 95;
@@ -524,52 +524,11 @@ async fn the_meraki_preset_gives_what_meraki_dashboard_exporter_gives() {
 
 // ---------------------------------------------------------------- appliance
 
-struct App {
-    metrics_addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<()>>,
-    _data_dir: tempfile::TempDir,
-}
-
-impl App {
-    async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(s) = self.server.take() {
-            let _ = s.await;
-        }
-    }
-}
-
 async fn start_pollster(upstream: &Upstream) -> App {
-    let data_dir = tempfile::tempdir().expect("tempdir");
-    let mut c = pollster::config::load(None, &BTreeMap::new()).expect("default config loads");
-    c.server.data_dir = data_dir.path().to_path_buf();
     let url = format!("http://{}/api/v1/organizations/{}", upstream.addr, meraki::ORG_ID);
     let mut instance = InstanceConfig::new(INSTANCE, "meraki", &url);
     instance.auth = Auth::Bearer {
         token: Secret::new(API_KEY),
     };
-    c.instances = vec![instance];
-    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let app = pollster::app::Application::build_with_listeners(c, api, metrics)
-        .await
-        .expect("app builds");
-    let metrics_addr = app.metrics_addr();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        app.run_until_stopped(async {
-            let _ = rx.await;
-        })
-        .await
-        .expect("server runs");
-    });
-    App {
-        metrics_addr,
-        stop: Some(tx),
-        server: Some(server),
-        _data_dir: data_dir,
-    }
+    App::start(instance).await
 }
