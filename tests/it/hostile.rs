@@ -360,8 +360,14 @@ async fn hostile_targets_are_classified_and_never_stall_a_worker() {
     // waited on a gigabyte.
     assert!(classified < Duration::from_secs(10), "classified after {classified:?}");
 
-    // Keep the hostile targets in flight (dead-letter rechecks) a while longer.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Keep the hostile targets in flight (dead-letter rechecks) for ten
+    // more polls of the healthy instance (about 2 s).
+    let seen = hits.lock().expect("lock").len();
+    let deadline = Instant::now() + WAIT;
+    while hits.lock().expect("lock").len() < seen + 10 {
+        assert!(Instant::now() < deadline, "the healthy instance stopped being polled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let h = app.health().await;
     assert!(
         h["queue"]["inFlight"].as_u64().is_some_and(|n| n <= WORKERS as u64),
