@@ -45,16 +45,15 @@ pub fn verify_password(pw: &str, phc: &str) -> bool {
     PasswordHash::new(phc).is_ok_and(|h| Argon2::default().verify_password(pw.as_bytes(), &h).is_ok())
 }
 
-/// A hash of a random password, made once with the parameters of
+/// A hash made once with the parameters (and a random salt) of
 /// [`hash_password`]: a login for a user that does not exist is checked
 /// against it, so it costs the same argon2 work as one for a user that
-/// does, and its time does not tell whether the name exists.
+/// does, and its time does not tell whether the name exists. What it hashes
+/// does not matter: [`check_login`] refuses an unknown user whatever the
+/// result.
 fn dummy_hash() -> &'static str {
     static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    DUMMY.get_or_init(|| {
-        let pw = crate::web::session::random_hex(16);
-        hash_password(&pw).unwrap_or_default()
-    })
+    DUMMY.get_or_init(|| hash_password("no such user").unwrap_or_default())
 }
 
 /// Make [`dummy_hash`] now (it takes one argon2 hash), so the first login

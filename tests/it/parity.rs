@@ -411,44 +411,26 @@ async fn the_pve_preset_gives_what_prometheus_pve_exporter_gives() {
 
     // The appliance, polling the same server.
     let app = start_pollster(&upstream).await;
-    let values_url = format!("http://{}/values?instance={INSTANCE}", app.metrics_addr);
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let r = client().get(&values_url).send().await.expect("GET /values");
-        let status = r.status();
-        let body = r.text().await.unwrap_or_default();
-        if status.is_success() {
-            let ours = parse_exposition(&body);
-            let diffs = differences(&theirs, &ours);
-            if diffs.is_empty() {
-                report("/values", &theirs, &diffs);
-                // The node collectors' superset: the other online node too.
-                let pve2 = (
-                    "pve_subscription_info".to_string(),
-                    BTreeMap::from([
-                        ("id".to_string(), "node/pve2".to_string()),
-                        ("level".to_string(), "unknown".to_string()),
-                    ]),
-                );
-                assert_eq!(
-                    ours.series.get(&pve2),
-                    Some(&1.0),
-                    "the subscription fan-out covers pve2:\n{body}"
-                );
-                break;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "/values never matched the exporter; {} differences:\n  {}\n/values was:\n{body}",
-                    diffs.len(),
-                    diffs.join("\n  ")
-                );
-            }
-        } else if Instant::now() > deadline {
-            panic!("GET /values?instance={INSTANCE}: {status}: {body}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let body = app
+        .wait_for_values(INSTANCE, Duration::from_secs(240), |body| {
+            differences(&theirs, &parse_exposition(body))
+        })
+        .await;
+    let ours = parse_exposition(&body);
+    report("/values", &theirs, &differences(&theirs, &ours));
+    // The node collectors' superset: the other online node too.
+    let pve2 = (
+        "pve_subscription_info".to_string(),
+        BTreeMap::from([
+            ("id".to_string(), "node/pve2".to_string()),
+            ("level".to_string(), "unknown".to_string()),
+        ]),
+    );
+    assert_eq!(
+        ours.series.get(&pve2),
+        Some(&1.0),
+        "the subscription fan-out covers pve2:\n{body}"
+    );
     assert_eq!(
         upstream.unauthorized.load(Ordering::SeqCst),
         0,
@@ -465,6 +447,7 @@ async fn the_pve_preset_gives_what_prometheus_pve_exporter_gives() {
     let before = upstream.requests.load(Ordering::SeqCst);
     let started = Instant::now();
     let c = client();
+    let values_url = format!("http://{}/values?instance={INSTANCE}", app.metrics_addr);
     for _ in 0..200 {
         let r = c.get(&values_url).send().await.expect("GET /values");
         assert!(r.status().is_success());

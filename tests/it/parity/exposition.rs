@@ -353,6 +353,41 @@ impl App {
         }
     }
 
+    /// Poll `/values?instance=INSTANCE` until `differences` of its body is
+    /// empty, and return that body; panic after `within` with the last
+    /// differences.
+    pub async fn wait_for_values(
+        &self,
+        instance: &str,
+        within: std::time::Duration,
+        differences: impl Fn(&str) -> Vec<String>,
+    ) -> String {
+        let url = format!("http://{}/values?instance={instance}", self.metrics_addr);
+        let client = reqwest::Client::new();
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let r = client.get(&url).send().await.expect("GET /values");
+            let status = r.status();
+            let body = r.text().await.unwrap_or_default();
+            if status.is_success() {
+                let diffs = differences(&body);
+                if diffs.is_empty() {
+                    return body;
+                }
+                if std::time::Instant::now() > deadline {
+                    panic!(
+                        "/values never matched the exporter; {} differences:\n  {}\n/values was:\n{body}",
+                        diffs.len(),
+                        diffs.join("\n  ")
+                    );
+                }
+            } else if std::time::Instant::now() > deadline {
+                panic!("GET /values?instance={instance}: {status}: {body}");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    }
+
     pub async fn stop(mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());

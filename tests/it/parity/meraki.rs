@@ -488,31 +488,12 @@ async fn the_meraki_preset_gives_what_meraki_dashboard_exporter_gives() {
 
     // The appliance, polling the same organization.
     let app = start_pollster(&upstream).await;
-    let values_url = format!("http://{}/values?instance={INSTANCE}", app.metrics_addr);
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let r = client().get(&values_url).send().await.expect("GET /values");
-        let status = r.status();
-        let body = r.text().await.unwrap_or_default();
-        if status.is_success() {
-            let ours = parse_exposition(&body);
-            let diffs = differences(&theirs, &ours);
-            if diffs.is_empty() {
-                report("/values", &theirs, &diffs);
-                break;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "/values never matched the exporter; {} differences:\n  {}\n/values was:\n{body}",
-                    diffs.len(),
-                    diffs.join("\n  ")
-                );
-            }
-        } else if Instant::now() > deadline {
-            panic!("GET /values?instance={INSTANCE}: {status}: {body}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let body = app
+        .wait_for_values(INSTANCE, Duration::from_secs(240), |body| {
+            differences(&theirs, &parse_exposition(body))
+        })
+        .await;
+    report("/values", &theirs, &differences(&theirs, &parse_exposition(&body)));
     assert_eq!(
         upstream.unauthorized.load(Ordering::SeqCst),
         0,
