@@ -187,8 +187,31 @@ impl Latest {
     /// A poll of `key` gave samples that name a fact not learned yet: keep
     /// what it parsed until the fact comes ([`Latest::learn_facts`]). A
     /// later poll that needs no fact drops it ([`Latest::stop_waiting`]).
-    pub(super) fn wait_for_facts(&self, key: &TaskKey, waiting: Waiting) {
-        self.write().waiting.insert(key.clone(), waiting);
+    ///
+    /// `seen` is the facts its rules ran with. If the instance has learned
+    /// others since (a fact group answered between that run and this call,
+    /// and found nothing waiting), the poll is not kept: it is handed back
+    /// with the facts known now, to run its rules again. Otherwise the next
+    /// [`Latest::learn_facts`] of the instance finds it, since both sides
+    /// decide under the write lock.
+    pub(super) fn wait_for_facts(
+        &self,
+        key: &TaskKey,
+        waiting: Waiting,
+        seen: Option<&Arc<Facts>>,
+    ) -> Result<(), (Waiting, Option<Arc<Facts>>)> {
+        let mut g = self.write();
+        let now = g.facts.get(&key.instance);
+        let same = match (now, seen) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if !same {
+            return Err((waiting, now.cloned()));
+        }
+        g.waiting.insert(key.clone(), waiting);
+        Ok(())
     }
 
     pub(super) fn stop_waiting(&self, key: &TaskKey) {
@@ -470,6 +493,35 @@ mod tests {
         // A failed commit puts it back.
         l.restore(batch);
         assert_eq!(l.take_dirty().values.len(), 1);
+    }
+
+    /// The race a fact group can win: a poll's rules run without the fact,
+    /// the fact group answers (nothing waits yet), and only then is the poll
+    /// kept. It must not wait for the fact group's next answer (an hour for
+    /// meraki's organization): it is handed back to run again.
+    #[test]
+    fn a_poll_that_began_waiting_while_the_fact_was_learned_is_handed_back() {
+        let l = Latest::default();
+        let waiting = || Waiting {
+            json: Polled::One(serde_json::json!({"n": 1})),
+            polled_at: T0,
+            stale_after: STALE,
+        };
+        let seen = l.facts_of("a");
+        assert!(seen.is_none());
+        let facts: Facts = [("org".to_string(), "x".to_string())].into();
+        assert!(l.learn_facts("a", facts.clone()).is_empty(), "nothing waits yet");
+        let (back, known) = l
+            .wait_for_facts(&key("a"), waiting(), seen.as_ref())
+            .expect_err("the facts changed since the rules ran");
+        assert_eq!(back.polled_at, T0);
+        assert_eq!(known.as_deref(), Some(&facts));
+        // Kept against the facts known now, the next answer picks it up.
+        l.wait_for_facts(&key("a"), waiting(), known.as_ref())
+            .expect("kept: the facts are the ones it ran with");
+        let handed = l.learn_facts("a", facts);
+        assert_eq!(handed.len(), 1, "the same facts again still hand back a waiting poll");
+        assert!(l.learn_facts("a", Facts::new()).is_empty());
     }
 
     #[test]

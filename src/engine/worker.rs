@@ -226,17 +226,19 @@ fn record_latest(
     stale_after: Duration,
 ) {
     let Ok(ok) = result else { return };
-    if extracted.as_ref().is_some_and(|x| x.waiting_for_facts)
+    let mut extracted = extracted;
+    if let Some(x) = extracted.as_mut().filter(|x| x.waiting_for_facts)
         && let Some(json) = &ok.json
     {
-        shared.latest.wait_for_facts(
-            key,
-            latest::Waiting {
-                json: json.clone(),
-                polled_at: now,
-                stale_after,
-            },
-        );
+        let waiting = latest::Waiting {
+            json: json.clone(),
+            polled_at: now,
+            stale_after,
+        };
+        if let Some(out) = wait_or_run_again(shared, key, waiting, x.facts.take()) {
+            x.samples = out.samples;
+            x.waiting_for_facts = false;
+        }
     } else if extracted.is_some() {
         shared.latest.stop_waiting(key);
     }
@@ -280,11 +282,14 @@ fn learn_facts(shared: &Shared, catalog: &Catalog, key: &TaskKey, facts: crate::
         let (Some(rules), Some(t)) = (catalog.rules_of(&k), catalog.target(&k)) else {
             continue;
         };
-        let out = rules.run(&w.json, known.as_deref());
+        let (polled_at, stale_after) = (w.polled_at, w.stale_after);
+        let mut out = rules.run(&w.json, known.as_deref());
         count_skips(shared, t.type_name(), &k.group, &out);
         if out.waiting_for_facts {
-            shared.latest.wait_for_facts(&k, w);
-            continue;
+            match wait_or_run_again(shared, &k, w, known.clone()) {
+                None => continue,
+                Some(again) => out = again,
+            }
         }
         tracing::debug!(task = %k, "facts learned; values extracted again");
         shared.latest.record(
@@ -293,10 +298,34 @@ fn learn_facts(shared: &Shared, catalog: &Catalog, key: &TaskKey, facts: crate::
                 samples: Some((out.samples, rules.fingerprint)),
                 bodies: None,
                 failed_items: &[],
-                polled_at: w.polled_at,
-                stale_after: w.stale_after,
+                polled_at,
+                stale_after,
             },
         );
+    }
+}
+
+/// A poll whose rules wait for a fact is kept until the fact comes, unless
+/// the instance learned facts after its rules ran (`seen`): then they run
+/// again with those, until the poll either has every fact it names or is
+/// kept against the facts known at that moment. `Some` is the extraction
+/// that no longer waits.
+fn wait_or_run_again(
+    shared: &Shared,
+    key: &TaskKey,
+    mut waiting: latest::Waiting,
+    mut seen: Option<Arc<crate::values::Facts>>,
+) -> Option<crate::values::Extraction> {
+    let catalog = shared.catalog();
+    let (rules, target) = (catalog.rules_of(key)?, catalog.target(key)?);
+    loop {
+        let (back, known) = shared.latest.wait_for_facts(key, waiting, seen.as_ref()).err()?;
+        let out = rules.run(&back.json, known.as_deref());
+        count_skips(shared, target.type_name(), &key.group, &out);
+        if !out.waiting_for_facts {
+            return Some(out);
+        }
+        (waiting, seen) = (back, known);
     }
 }
 
@@ -334,6 +363,7 @@ fn extract_values(
         samples: out.samples,
         fingerprint: rules.fingerprint,
         waiting_for_facts: out.waiting_for_facts,
+        facts,
     })
 }
 
@@ -345,6 +375,8 @@ struct Extracted {
     /// Some rule names a fact the instance has not learned yet: the answer
     /// waits for it (see [`latest::Waiting`]).
     waiting_for_facts: bool,
+    /// The facts the rules ran with.
+    facts: Option<Arc<crate::values::Facts>>,
 }
 
 /// The poll event of one finished poll, to the sink's memory queue (best
