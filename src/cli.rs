@@ -9,7 +9,7 @@ mod values;
 pub use self_signed::SelfSignedArgs;
 pub use values::{ValuesArgs, ValuesOutput, render, values};
 
-use crate::config::{self, Config, ConfigError};
+use crate::config::{self, Config, ConfigError, LogFormat};
 use crate::core::catalog::Catalog;
 use crate::core::plan;
 use crate::engine::settings::SettingsLayers;
@@ -46,6 +46,10 @@ pub enum Command {
         /// Config file (the package installs /etc/pollster/pollster.toml).
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Log lines as text, or one JSON object a line (wins over
+        /// `[log] format` and `POLLSTER_LOG_FORMAT`).
+        #[arg(long, value_parser = parse_log_format, value_name = "text|json")]
+        log_format: Option<LogFormat>,
     },
     /// Run the appliance with a simulated fleet on loopback: healthy, slow,
     /// flapping, rate-limited, failing and hung instances.
@@ -93,6 +97,13 @@ pub struct DemoArgs {
     /// flow into a receiver.
     #[arg(long, value_name = "URL")]
     pub sink: Option<String>,
+    /// Log lines as text, or one JSON object a line.
+    #[arg(long, value_parser = parse_log_format, value_name = "text|json")]
+    pub log_format: Option<LogFormat>,
+}
+
+fn parse_log_format(raw: &str) -> Result<LogFormat, String> {
+    LogFormat::parse(raw)
 }
 
 #[derive(Debug, Args)]

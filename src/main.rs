@@ -3,18 +3,32 @@
 
 use clap::Parser;
 use pollster::cli::{self, Cli, Command, EXIT_CONFIG, EXIT_FAILURE, Failure};
+use pollster::config::{DEFAULT_LOG_LEVEL, LogConfig, LogFormat};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Plain lines when not on a terminal (the journal adds its own metadata).
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+/// The log, as `[log]`, `POLLSTER_LOG_*` (or `RUST_LOG`) and `--log-format`
+/// set it: plain lines (colours only on a terminal; the journal adds its own
+/// metadata), or one JSON object a line with the event's fields at the top
+/// level beside `timestamp`, `level`, `target` and `message`.
+fn init_logging(log: &LogConfig, format: Option<LogFormat>) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&log.level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_LEVEL));
+    match format.unwrap_or(log.format) {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init(),
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
@@ -51,16 +65,16 @@ async fn shutdown_signal() {
 
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
-        Command::Serve { config } => {
+        Command::Serve { config, log_format } => {
             let config = cli::load_config(config.as_deref())?;
-            init_logging();
+            init_logging(&config.log, log_format);
             runtime()?.block_on(async {
                 let app = pollster::app::Application::build(config).await.map_err(app_failure)?;
                 app.run_until_stopped(shutdown_signal()).await.map_err(app_failure)
             })
         }
         Command::Demo(args) => {
-            init_logging();
+            init_logging(&cli::load_config(None)?.log, args.log_format);
             runtime()?.block_on(pollster::demo::run(args, shutdown_signal()))
         }
         Command::CheckConfig { file } => {

@@ -7,7 +7,7 @@
 //! renamed field fails to compile instead of silently losing its variable.
 //! An empty variable counts as unset.
 
-use super::{ConfigError, ENVIRONMENT, MetricsAuth, ServerConfig, SinkConfig};
+use super::{ConfigError, ENVIRONMENT, LogConfig, LogFormat, MetricsAuth, ServerConfig, SinkConfig};
 use crate::model::{MonitoringSettings, Profile, SchedulerMode, duration_str};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -150,7 +150,15 @@ pub(super) const SERVER_VARS: &[EnvVar<ServerConfig>] = &[
     flat!("POLLSTER_METRICS_AUTH", "server", metrics_auth, MetricsAuth::parse),
 ];
 
+pub(super) const LOG_VARS: &[EnvVar<LogConfig>] = &[
+    flat!("POLLSTER_LOG_FORMAT", "log", format, LogFormat::parse),
+    flat!("POLLSTER_LOG_LEVEL", "log", level, parse_level),
+];
+
 pub(super) const SINK_URL: &str = "POLLSTER_SINK_URL";
+
+/// The log filter's older name, read when `POLLSTER_LOG_LEVEL` is unset.
+const RUST_LOG: &str = "RUST_LOG";
 
 pub(super) const SINK_VARS: &[EnvVar<SinkConfig>] = &[
     flat!("POLLSTER_SINK_URL", "sink", url, parse_string),
@@ -167,6 +175,7 @@ pub fn known_env_vars() -> Vec<&'static str> {
     v.extend(SERVER_VARS.iter().map(|e| e.var));
     v.extend(MONITORING_VARS.iter().map(|e| e.var));
     v.extend(SINK_VARS.iter().map(|e| e.var));
+    v.extend(LOG_VARS.iter().map(|e| e.var));
     v.push(ADMIN_PASSWORD);
     v.push(SECRET_KEY_FILE);
     v
@@ -244,6 +253,11 @@ fn parse_list(raw: &str) -> Result<Vec<String>, String> {
 }
 
 fn parse_string(raw: &str) -> Result<String, String> {
+    Ok(raw.trim().to_string())
+}
+
+fn parse_level(raw: &str) -> Result<String, String> {
+    super::check_level(raw)?;
     Ok(raw.trim().to_string())
 }
 
@@ -383,6 +397,7 @@ pub(super) struct FromEnv {
     pub monitoring: MonitoringSettings,
     pub server: ServerConfig,
     pub sink: Option<SinkConfig>,
+    pub log: LogConfig,
     pub admin_password: Option<String>,
     pub secret_key_file: Option<PathBuf>,
     pub warnings: Vec<String>,
@@ -393,6 +408,7 @@ pub(super) fn read(
     monitoring_file: &MonitoringSettings,
     server_file: &ServerConfig,
     sink_file: Option<&SinkConfig>,
+    log_file: &LogConfig,
 ) -> Result<FromEnv, ConfigError> {
     let mut warnings = unknown_variable_warnings(env);
 
@@ -401,6 +417,15 @@ pub(super) fn read(
 
     let mut server = server_file.clone();
     apply_table(SERVER_VARS, env, &mut server)?;
+
+    let mut log = log_file.clone();
+    apply_table(LOG_VARS, env, &mut log)?;
+    // RUST_LOG, as before `[log]` existed, when POLLSTER_LOG_LEVEL is unset.
+    if value(env, "POLLSTER_LOG_LEVEL").is_none()
+        && let Some(raw) = value(env, RUST_LOG)
+    {
+        log.level = parse_level(raw).map_err(|why| env_error(RUST_LOG, raw, why))?;
+    }
 
     let mut sink = sink_file.cloned();
     let mut sink_applied = Vec::new();
@@ -429,6 +454,7 @@ pub(super) fn read(
         monitoring,
         server,
         sink,
+        log,
         admin_password: match value(env, ADMIN_PASSWORD) {
             Some(v) => Some(v.to_string()),
             None => credential(env, "admin_password")?,

@@ -20,12 +20,14 @@
 mod env;
 mod error;
 mod file;
+mod log;
 mod server;
 mod sink;
 mod validate;
 
 pub use env::{EnvOverrides, known_env_vars};
 pub use error::{ConfigError, ENVIRONMENT};
+pub use log::{DEFAULT_LOG_LEVEL, LogConfig, LogFormat, check_level};
 pub use server::{
     ConnectionTimeouts, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_WRITE_TIMEOUT, MetricsAuth, ServerConfig, parse_net,
@@ -70,6 +72,9 @@ pub struct Config {
     /// `POLLSTER_SECRET_KEY_FILE`: the data key file, when not
     /// `<data_dir>/secret.key`.
     pub secret_key_file: Option<PathBuf>,
+    /// `[log]`, environment applied (`POLLSTER_LOG_FORMAT`,
+    /// `POLLSTER_LOG_LEVEL`; `--log-format` on the command line wins).
+    pub log: LogConfig,
     /// To log at startup, e.g. unknown `POLLSTER_` variables.
     pub warnings: Vec<String>,
 }
@@ -96,6 +101,7 @@ impl fmt::Debug for Config {
             .field("instances", &self.instances.len())
             .field("admin_password", &self.admin_password.as_ref().map(|_| HIDDEN))
             .field("secret_key_file", &self.secret_key_file)
+            .field("log", &self.log)
             .field("warnings", &self.warnings)
             .finish()
     }
@@ -163,13 +169,14 @@ fn build(
     let mut monitoring_file = MonitoringSettings::default();
     let mut server = ServerConfig::default();
     let (mut sink, mut budgets, mut types, mut instances) = (None, vec![], vec![], vec![]);
+    let mut log = LogConfig::default();
     if let Some(f) = f {
         monitoring_file = MonitoringSettings {
             adaptive: f.adaptive,
             scheduler: f.scheduler,
             failure: f.failure,
         };
-        (server, sink, budgets, types, instances) = (f.server, f.sink, f.budgets, f.types, f.instances);
+        (server, sink, budgets, types, instances, log) = (f.server, f.sink, f.budgets, f.types, f.instances, f.log);
     }
 
     // The file must be valid on its own: the environment may go away.
@@ -186,8 +193,9 @@ fn build(
     if let Some(s) = &sink {
         s.validate().map_err(|e| ConfigError::from_field(&name, "sink.", e))?;
     }
+    log.validate().map_err(|e| ConfigError::from_field(&name, "log.", e))?;
 
-    let from_env = env::read(env, &monitoring_file, &server, sink.as_ref())?;
+    let from_env = env::read(env, &monitoring_file, &server, sink.as_ref(), &log)?;
     validate_server(ENVIRONMENT, &from_env.server)?;
     // The certificate files are read once, with the environment applied,
     // before anything binds a port.
@@ -219,6 +227,7 @@ fn build(
         instances,
         admin_password: from_env.admin_password,
         secret_key_file: from_env.secret_key_file,
+        log: from_env.log,
         warnings: from_env.warnings,
     })
 }

@@ -940,11 +940,13 @@ fn known_env_vars_cover_every_scalar_setting() {
         "POLLSTER_METRICS_AUTH",
         "POLLSTER_ADMIN_PASSWORD",
         "POLLSTER_SECRET_KEY_FILE",
+        "POLLSTER_LOG_FORMAT",
+        "POLLSTER_LOG_LEVEL",
     ] {
         assert!(known.contains(&var), "{var} missing");
     }
     // And nothing else.
-    assert_eq!(known.len(), 22 + 12 + 6 + 2);
+    assert_eq!(known.len(), 22 + 12 + 6 + 2 + 2);
 }
 
 #[test]
@@ -1155,4 +1157,27 @@ fn unusable_certificate_files_are_named_with_the_reason() {
     let c = r.expect("loads");
     assert_eq!(c.server.metrics_tls(), c.server.api_tls());
     assert!(c.server.api_tls().is_some());
+}
+
+#[test]
+fn the_log_comes_from_the_file_then_the_environment_and_rust_log_when_pollster_log_level_is_unset() {
+    let t = TempConfig::new("[log]\nformat = \"json\"\nlevel = \"warn\"\n");
+    let c = load(Some(&t.path), &env_of(&[])).expect("loads");
+    assert_eq!(c.log.format, crate::config::LogFormat::Json);
+    assert_eq!(c.log.level, "warn");
+    let c = load(Some(&t.path), &env_of(&[("RUST_LOG", "debug")])).expect("loads");
+    assert_eq!(c.log.level, "debug", "RUST_LOG is the environment");
+    let c = load(
+        Some(&t.path),
+        &env_of(&[
+            ("RUST_LOG", "debug"),
+            ("POLLSTER_LOG_LEVEL", "error"),
+            ("POLLSTER_LOG_FORMAT", "text"),
+        ]),
+    )
+    .expect("loads");
+    assert_eq!(c.log.level, "error", "POLLSTER_LOG_LEVEL wins over RUST_LOG");
+    assert_eq!(c.log.format, crate::config::LogFormat::Text);
+    let e = load(Some(&t.path), &env_of(&[("RUST_LOG", "pollster=loud")])).expect_err("a bad RUST_LOG");
+    assert!(e.to_string().contains("RUST_LOG"), "{e}");
 }

@@ -393,7 +393,7 @@ impl Shared {
     fn learn_shape(&self, key: &TaskKey, shape: crate::model::ShapeUpdate) {
         let changed = self.budgets(|b, _| b.learn(&key.instance, &key.group, shape));
         if changed {
-            tracing::info!(task = %key, "shape changed; re-planning");
+            tracing::info!(instance = %key.instance, group = %key.group, "shape changed; re-planning");
             self.resolve.notify_one();
         }
     }

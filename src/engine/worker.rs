@@ -17,7 +17,7 @@ fn deadline_error(timeout: Duration) -> PollError {
 pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     let key = d.key.clone();
     if let Some((from, to)) = d.breaker {
-        tracing::info!(task = %key, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
+        tracing::info!(instance = %key.instance, group = %key.group, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
     }
     let catalog = shared.catalog();
     let mut outcome = poll(&shared, &catalog, &key).await;
@@ -126,7 +126,7 @@ async fn poll(shared: &Shared, catalog: &Catalog, key: &TaskKey) -> Outcome {
     };
     if let Ok(ok) = &result {
         for f in &ok.failed_items {
-            tracing::warn!(task = %key, item = %f.item, error = %f.error.message, "fan-out item failed");
+            tracing::warn!(instance = %key.instance, group = %key.group, item = %f.item, error = %f.error.message, "fan-out item failed");
         }
     }
     Outcome {
@@ -291,7 +291,7 @@ fn learn_facts(shared: &Shared, catalog: &Catalog, key: &TaskKey, facts: crate::
                 Some(again) => out = again,
             }
         }
-        tracing::debug!(task = %k, "facts learned; values extracted again");
+        tracing::debug!(instance = %k.instance, group = %k.group, "facts learned; values extracted again");
         shared.latest.record(
             &k,
             latest::Fresh {
@@ -472,7 +472,7 @@ pub(super) async fn commit_then_apply(
             transition
         }
         Err(e) => {
-            tracing::error!(task = %p.key, error = %e, "could not commit a dead-letter move; the task stays where it was until its next poll");
+            tracing::error!(instance = %p.key.instance, group = %p.key.group, error = %e, "could not commit a dead-letter move; the task stays where it was until its next poll");
             let changed = p.transition.changed;
             s.keep_unmoved(p, now);
             Transition {
@@ -487,27 +487,28 @@ fn log_transition(key: &TaskKey, t: &Transition, result: &PollResult) {
     let err = result.as_ref().err();
     match t.dead_letter {
         Some(DeadLetterMove::Entered(reason)) => tracing::warn!(
-            task = %key,
+            instance = %key.instance, group = %key.group,
             reason = reason.as_str(),
+            error_kind = err.map(|e| e.kind.as_str()).unwrap_or(""),
             error = err.map(|e| e.message.as_str()).unwrap_or(""),
             "Routing task to dead-letter queue"
         ),
         Some(DeadLetterMove::Left) => {
-            tracing::info!(task = %key, "task recovered; leaving dead-letter queue")
+            tracing::info!(instance = %key.instance, group = %key.group, "task recovered; leaving dead-letter queue")
         }
         Some(DeadLetterMove::Rechecked) => {
-            tracing::info!(task = %key, error = err.map(|e| e.message.as_str()).unwrap_or(""), "dead-letter recheck failed")
+            tracing::info!(instance = %key.instance, group = %key.group, error = err.map(|e| e.message.as_str()).unwrap_or(""), "dead-letter recheck failed")
         }
         None => {}
     }
     if let Some((from, to)) = t.breaker {
         if to == BreakerState::Open {
-            tracing::warn!(task = %key, from = from.as_str(), "circuit breaker open");
+            tracing::warn!(instance = %key.instance, group = %key.group, from = from.as_str(), "circuit breaker open");
         } else {
-            tracing::info!(task = %key, from = from.as_str(), to = to.as_str(), "circuit breaker state changed");
+            tracing::info!(instance = %key.instance, group = %key.group, from = from.as_str(), to = to.as_str(), "circuit breaker state changed");
         }
     }
     if let Some(e) = err {
-        tracing::debug!(task = %key, category = e.category.as_str(), status = e.status, error = %e.message, "poll failed");
+        tracing::debug!(instance = %key.instance, group = %key.group, category = e.category.as_str(), error_kind = e.kind.as_str(), status = e.status, error = %e.message, "poll failed");
     }
 }

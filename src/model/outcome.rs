@@ -38,6 +38,24 @@ pub enum ErrorKind {
     Other,
 }
 
+impl ErrorKind {
+    /// The kind as the API and the logs name it (`rate_limited`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Connect => "connect",
+            ErrorKind::Dns => "dns",
+            ErrorKind::Http => "http",
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::Tls => "tls",
+            ErrorKind::Body => "body",
+            ErrorKind::InvalidUrl => "invalid_url",
+            ErrorKind::InvalidCredentials => "invalid_credentials",
+            ErrorKind::Other => "other",
+        }
+    }
+}
+
 /// A classified poll failure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PollError {

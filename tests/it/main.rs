@@ -21,6 +21,7 @@ mod budget;
 mod crash;
 mod engine;
 mod hostile;
+mod logs;
 mod pages;
 mod parity;
 mod preset_values;
