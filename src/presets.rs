@@ -161,7 +161,7 @@ mod tests {
     fn group_counts_are_in_range() {
         for t in parsed() {
             assert!(
-                (6..=24).contains(&t.groups.len()),
+                (6..=32).contains(&t.groups.len()),
                 "{}: {} groups",
                 t.name,
                 t.groups.len()
@@ -211,9 +211,16 @@ mod tests {
         fn grp<'a>(t: &'a mut TypeDef, name: &str) -> &'a mut GroupDef {
             t.groups.iter_mut().find(|g| g.name == name).unwrap()
         }
+        fn table(key: &str) -> crate::values::Lookup {
+            crate::values::Lookup {
+                each: "/data".into(),
+                key: key.into(),
+                fields: [("name".to_string(), "/name".to_string())].into(),
+            }
+        }
         type Spoil = fn(&mut TypeDef);
         // (what, the change, a part of the error that names the key)
-        let broken: [(&str, Spoil, &str); 20] = [
+        let broken: [(&str, Spoil, &str); 25] = [
             (
                 "fan_out path without {item}",
                 |t| grp(t, "node_status").path = "/api2/json/nodes".into(),
@@ -318,6 +325,49 @@ mod tests {
                     grp(t, "version").facts.insert("x".into(), "data".into());
                 },
                 "facts.x",
+            ),
+            (
+                "a lookup table no group gives",
+                |t| {
+                    let g = grp(t, "backup_info");
+                    g.values[0]
+                        .labels
+                        .insert("id".into(), "@lookup.guest[/vmid].name".into());
+                },
+                "@lookup.guest",
+            ),
+            (
+                "a lookup field the table does not keep",
+                |t| {
+                    grp(t, "version").lookups.insert("guest".into(), table("/vmid"));
+                    let g = grp(t, "backup_info");
+                    g.values[0]
+                        .labels
+                        .insert("id".into(), "@lookup.guest[/vmid].model".into());
+                },
+                "table \"guest\"'s fields are name",
+            ),
+            (
+                "a lookup table with a bad key",
+                |t| {
+                    grp(t, "version").lookups.insert("guest".into(), table("vmid"));
+                },
+                "lookups.guest.key",
+            ),
+            (
+                "a lookup table from a fan-out",
+                |t| {
+                    grp(t, "node_status").lookups.insert("guest".into(), table("/vmid"));
+                },
+                "fan_out group cannot give a lookup table",
+            ),
+            (
+                "a lookup table two groups give",
+                |t| {
+                    grp(t, "version").lookups.insert("guest".into(), table("/vmid"));
+                    grp(t, "resources").lookups.insert("guest".into(), table("/vmid"));
+                },
+                "one group gives each table",
             ),
             (
                 "relative shape_from",

@@ -56,7 +56,8 @@ pub struct GroupRules {
     /// A digest of the rules as written: samples stored under other rules
     /// (a changed or removed rule) are never served.
     pub fingerprint: u64,
-    /// Some label reads an instance fact (`@fact.NAME`).
+    /// Some label reads an instance fact (`@fact.NAME`) or lookup table
+    /// (`@lookup.TABLE[KEY].FIELD`).
     pub uses_facts: bool,
 }
 
@@ -142,9 +143,7 @@ impl ValueCatalog {
                 out.groups.insert(
                     (ty.name.clone(), g.name.to_string()),
                     Arc::new(GroupRules {
-                        uses_facts: rules
-                            .iter()
-                            .any(|r| r.labels.iter().any(|l| l.template.facts().next().is_some())),
+                        uses_facts: rules.iter().any(|r| r.labels.iter().any(|l| l.template.uses_facts())),
                         rules,
                         max_series: g.max_series,
                         fingerprint,

@@ -230,10 +230,18 @@ impl Latest {
     pub(super) fn learn_facts(&self, instance: &str, facts: Facts) -> Vec<(TaskKey, Waiting)> {
         let known = {
             let g = self.read();
-            let same = g
-                .facts
-                .get(instance)
-                .is_some_and(|known| facts.iter().all(|(k, v)| known.get(k) == Some(v)));
+            let same = g.facts.get(instance).is_some_and(|known| {
+                facts.iter().all(|(k, v)| known.get(k) == Some(v))
+                    && !facts.keys().any(|k| {
+                        // A table learned again replaces its rows: the same
+                        // only if it has no row the body no longer gives.
+                        crate::values::lookup::marker_table(k).is_some_and(|t| {
+                            known
+                                .keys()
+                                .any(|r| crate::values::lookup::is_row_of(r, t) && !facts.contains_key(r))
+                        })
+                    })
+            });
             if same && !g.waiting.keys().any(|k| &*k.instance == instance) {
                 return Vec::new();
             }
@@ -242,8 +250,10 @@ impl Latest {
         let mut g = self.write();
         let inner = &mut *g;
         if !known {
-            let mut merged = inner.facts.get(instance).map(|f| (**f).clone()).unwrap_or_default();
-            merged.extend(facts);
+            let merged = match inner.facts.get(instance) {
+                Some(f) => crate::values::lookup::merge(f, facts),
+                None => facts,
+            };
             inner.facts.insert(Arc::from(instance), Arc::new(merged));
         }
         let keys: Vec<TaskKey> = inner

@@ -41,6 +41,12 @@ pub struct GroupDef {
     /// type reads one as `@fact.NAME`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub facts: BTreeMap<String, String>,
+    /// Lookup tables this group's body gives: name → rows keyed by a field
+    /// of each element (`device = { each = "", key = "/serial", fields =
+    /// { name = "/name" } }`). Any rule of the type reads a row's field as
+    /// `@lookup.NAME[KEY].FIELD`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lookups: BTreeMap<String, crate::values::Lookup>,
     #[serde(default)]
     pub forward: bool,
     /// Value rules: what of the body becomes metric samples.
@@ -103,6 +109,7 @@ impl GroupDef {
             item_fields: Vec::new(),
             fan_out: None,
             facts: BTreeMap::new(),
+            lookups: BTreeMap::new(),
             forward: false,
             values: Vec::new(),
             max_series: default_max_series(),
@@ -325,8 +332,9 @@ impl TypeDef {
         Ok(())
     }
 
-    /// `facts`: valid names and pointers, each fact given by one group of
-    /// the type, never by a fan-out (its facts would be per item).
+    /// `facts` and `lookups`: valid names and pointers, each fact and table
+    /// given by one group of the type, never by a fan-out (its facts would
+    /// be per item).
     fn validate_facts(&self, g: &GroupDef, gf: &str) -> Result<(), FieldError> {
         for (name, pointer) in &g.facts {
             let key = format!("{gf}.facts.{name}");
@@ -358,11 +366,44 @@ impl TypeDef {
                 ));
             }
         }
+        for (name, lookup) in &g.lookups {
+            let key = format!("{gf}.lookups.{name}");
+            if let Err(e) = lookup.check(name) {
+                let key = if e.key.is_empty() {
+                    key
+                } else {
+                    format!("{key}.{}", e.key)
+                };
+                return Err(FieldError::new(key, e.value, e.message));
+            }
+            if g.fan_out.is_some() {
+                return Err(FieldError::new(
+                    key,
+                    name,
+                    "a fan_out group cannot give a lookup table (it has one body per item)",
+                ));
+            }
+            if let Some(other) = self
+                .groups
+                .iter()
+                .find(|o| o.name != g.name && o.lookups.contains_key(name))
+            {
+                return Err(FieldError::new(
+                    key,
+                    name,
+                    format!(
+                        "group {:?} gives lookup table {name:?} too; one group gives each table",
+                        other.name
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
     /// Every `@item.FIELD` a rule reads is a field of the items the group
-    /// fans out over, and every `@fact.NAME` a fact some group gives.
+    /// fans out over, every `@fact.NAME` a fact some group gives, and every
+    /// `@lookup.TABLE[KEY].FIELD` a field of a table some group gives.
     fn validate_rule_refs(&self, g: &GroupDef, gf: &str, rules: &[Rule]) -> Result<(), FieldError> {
         let item_fields = g
             .fan_out
@@ -385,6 +426,28 @@ impl TypeDef {
                             Some(src) => format!("group {src:?}'s item_fields are {}", item_fields.join(", ")),
                         };
                         return Err(FieldError::new(key, text, format!("@item.{f}: {why} {where_}")));
+                    }
+                }
+                for (t, f) in label.template.lookups() {
+                    let Some(table) = self.groups.iter().find_map(|o| o.lookups.get(t)) else {
+                        return Err(FieldError::new(
+                            key,
+                            text,
+                            format!(
+                                "@lookup.{t}: no group of this type gives that table (lookups = {{ {t} = {{ each = \"\", key = \"/id\", fields = {{ … }} }} }}) {where_}"
+                            ),
+                        ));
+                    };
+                    if !table.fields.contains_key(f) {
+                        let fields: Vec<&str> = table.fields.keys().map(String::as_str).collect();
+                        return Err(FieldError::new(
+                            key,
+                            text,
+                            format!(
+                                "@lookup.{t}[…].{f}: table {t:?}'s fields are {} {where_}",
+                                fields.join(", ")
+                            ),
+                        ));
                     }
                 }
                 for f in label.template.facts() {

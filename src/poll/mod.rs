@@ -221,7 +221,8 @@ impl Poller {
         }
 
         // One parse serves the shape, the facts and the value rules.
-        let doc = match (uses.shape, uses.json || !uses.facts.is_empty()) {
+        let learns = !uses.facts.is_empty() || !uses.lookups.is_empty();
+        let doc = match (uses.shape, uses.json || learns) {
             (None, false) => None,
             (shape, _) => {
                 let context = match shape {
@@ -237,7 +238,7 @@ impl Poller {
             _ => None,
         };
         let facts = match &doc {
-            Some(doc) if !uses.facts.is_empty() => Some(facts_in(doc, uses.facts)),
+            Some(doc) if learns => Some(crate::values::lookup::learn(doc, uses.facts, uses.lookups)),
             _ => None,
         };
         let json = if uses.json { doc.map(Polled::One) } else { None };
@@ -508,23 +509,6 @@ fn client_error(err: &reqwest::Error) -> PollError {
     )
 }
 
-/// The facts a body gives: each pointer that names a scalar, as text (a
-/// missing, null, array or object value gives no fact).
-fn facts_in(doc: &serde_json::Value, facts: &std::collections::BTreeMap<String, String>) -> crate::values::Facts {
-    facts
-        .iter()
-        .filter_map(|(name, pointer)| {
-            let v = crate::values::Pointer::parse(pointer).ok()?.resolve(doc)?;
-            if v.is_null() || v.is_array() || v.is_object() {
-                return None;
-            }
-            let mut text = String::new();
-            crate::values::push_text(v, &mut text);
-            Some((name.clone(), text))
-        })
-        .collect()
-}
-
 /// First 8 bytes of a SHA-256, big-endian.
 fn digest_prefix(sha: &[u8]) -> u64 {
     let mut first = [0u8; 8];
@@ -550,6 +534,8 @@ struct BodyUse<'a> {
     json: bool,
     /// `facts`: parse it and read them.
     facts: &'a std::collections::BTreeMap<String, String>,
+    /// `lookups`: parse it and read their rows.
+    lookups: &'a std::collections::BTreeMap<String, crate::values::Lookup>,
     /// `forward`: return the bytes.
     forward: bool,
     /// `keep_body`: return the bytes and content type if the body is at
@@ -570,6 +556,7 @@ impl<'a> BodyUse<'a> {
             }),
             json: !group.values.is_empty(),
             facts: &group.facts,
+            lookups: &group.lookups,
             forward: group.forward,
             keep: group.keep_body.then_some(group.max_body_bytes),
         }
@@ -577,7 +564,7 @@ impl<'a> BodyUse<'a> {
 
     /// Whether the whole body is needed, whatever its size.
     fn wants_whole(&self) -> bool {
-        self.shape.is_some() || self.json || !self.facts.is_empty() || self.forward
+        self.shape.is_some() || self.json || !self.facts.is_empty() || !self.lookups.is_empty() || self.forward
     }
 }
 

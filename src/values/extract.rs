@@ -26,6 +26,9 @@ pub struct Sample {
     pub value: f64,
 }
 
+/// A sample's labels, sorted by name.
+type Labels = Vec<(Arc<str>, String)>;
+
 /// Why a sample was not made (`pollster_values_errors_total{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SkipReason {
@@ -242,9 +245,33 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
     };
 
     if rule.value == ValueSource::Count {
-        let n = elements.count();
-        let labels = labels_of(rule, body, Context { key: None, ..cx });
-        emit(labels, n as f64 * rule.scale, out);
+        if !rule.labels.iter().any(|l| l.per_element) {
+            let n = elements.count();
+            let labels = labels_of(rule, body, body, Context { key: None, ..cx });
+            emit(labels, n as f64 * rule.scale, out);
+            return;
+        }
+        // `count_by`: one count per set of the per-element labels, in the
+        // order the sets first appear.
+        let mut counts: Vec<(Labels, u64)> = Vec::new();
+        let mut at: FxHashMap<Labels, usize> = FxHashMap::default();
+        for (key, element) in elements {
+            let Some(labels) = labels_of(rule, element, body, Context { key, ..cx }) else {
+                out.skip(&rule.metric, SkipReason::Missing);
+                out.waiting_for_facts = true;
+                continue;
+            };
+            match at.get(&labels) {
+                Some(&i) => counts[i].1 += 1,
+                None => {
+                    at.insert(labels.clone(), counts.len());
+                    counts.push((labels, 1));
+                }
+            }
+        }
+        for (labels, n) in counts {
+            emit(Some(labels), n as f64 * rule.scale, out);
+        }
         return;
     }
     for (key, element) in elements {
@@ -260,7 +287,7 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
                         true
                     }
                 };
-                let Some(labels) = labels_of(rule, element, cx) else {
+                let Some(labels) = labels_of(rule, element, element, cx) else {
                     out.skip(&rule.metric, SkipReason::Missing);
                     out.waiting_for_facts = true;
                     continue;
@@ -280,7 +307,7 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
                     ValueSource::Count => unreachable!("handled above"),
                 };
                 match value {
-                    Ok(v) => emit(labels_of(rule, element, cx), v, out),
+                    Ok(v) => emit(labels_of(rule, element, element, cx), v, out),
                     Err(reason) => out.skip(&rule.metric, reason),
                 }
             }
@@ -308,12 +335,18 @@ fn keep(rule: &Rule, element: &Value) -> bool {
 }
 
 /// The rule's labels for one element, sorted by name; `None` when a label
-/// names a fact the instance has not learned.
-fn labels_of(rule: &Rule, element: &Value, cx: Context<'_>) -> Option<Vec<(Arc<str>, String)>> {
+/// names a fact the instance has not learned. A count's labels read
+/// `body`, except those of `count_by`, which read the element.
+fn labels_of(rule: &Rule, element: &Value, body: &Value, cx: Context<'_>) -> Option<Vec<(Arc<str>, String)>> {
     let mut labels = Vec::with_capacity(rule.labels.len() + 1);
     for l in &rule.labels {
         let mut text = String::new();
-        match l.template.render(element, cx, &mut text) {
+        let read = if rule.value == ValueSource::Count && !l.per_element {
+            body
+        } else {
+            element
+        };
+        match l.template.render(read, cx, &mut text) {
             Rendered::Done => {}
             Rendered::NoFact => return None,
             Rendered::Missing => {
@@ -322,6 +355,11 @@ fn labels_of(rule: &Rule, element: &Value, cx: Context<'_>) -> Option<Vec<(Arc<s
                     text.push_str(d);
                 }
             }
+        }
+        if let Some(n) = l.max_chars
+            && let Some((cut, _)) = text.char_indices().nth(n)
+        {
+            text.truncate(cut);
         }
         if l.sorted && text.contains(',') {
             let mut parts: Vec<&str> = text.split(',').collect();

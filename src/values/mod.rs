@@ -9,12 +9,14 @@
 pub mod exposition;
 mod extract;
 pub mod item;
+pub mod lookup;
 mod pointer;
 mod rule;
 mod template;
 mod time;
 
 pub use extract::{DEFAULT_MAX_SERIES, Extraction, Extractor, Sample, SkipReason, extract};
+pub use lookup::{Lookup, LookupError};
 pub use pointer::{Pointer, PointerError};
 pub use rule::{
     ClashError, Filter, LabelRule, MetricKind, OneOrMany, RESERVED_LABELS, Rule, RuleError, TimeFormat, ValueRule,

@@ -141,6 +141,16 @@ pub struct ValueRule {
     /// `stateset`: the label that names the state (default `state`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_label: Option<String>,
+    /// With `value = "@count"`: labels read from each element, one sample
+    /// per set of their values, counting the elements that have it
+    /// (`count_by = ["status"]`: devices per status). The rule's other
+    /// labels read the body, as for a plain count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub count_by: Vec<String>,
+    /// Label name → the most characters it keeps (`device_type = 2` makes
+    /// a model `MX68` the type `MX`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub truncate: BTreeMap<String, usize>,
 }
 
 /// A rule that failed its check: the key inside the rule and why.
@@ -183,6 +193,10 @@ pub struct LabelRule {
     pub default: Option<String>,
     /// Sort its comma-separated values.
     pub sorted: bool,
+    /// Read from each element of a count (`count_by`), not from the body.
+    pub per_element: bool,
+    /// Keep at most this many characters (`truncate`).
+    pub max_chars: Option<usize>,
 }
 
 /// A checked rule, ready to run on bodies.
@@ -440,6 +454,34 @@ impl ValueRule {
                 return Err(RuleError::new("sorted_lists", name, "names no label of this rule"));
             }
         }
+        if !self.count_by.is_empty() && !matches!(value, ValueSource::Count) {
+            return Err(RuleError::new(
+                "count_by",
+                self.count_by.join(","),
+                "splits a count: set value = \"@count\"",
+            ));
+        }
+        for (i, name) in self.count_by.iter().enumerate() {
+            if !self.labels.contains_key(name) {
+                return Err(RuleError::new(
+                    "count_by",
+                    name,
+                    "names no label of this rule (fixed_labels are the same for every element)",
+                ));
+            }
+            if self.count_by[..i].contains(name) {
+                return Err(RuleError::new("count_by", name, "is listed twice"));
+            }
+        }
+        for (name, n) in &self.truncate {
+            let key = format!("truncate.{name}");
+            if !self.labels.contains_key(name) {
+                return Err(RuleError::new(key, n, "names no label of this rule"));
+            }
+            if *n == 0 {
+                return Err(RuleError::new(key, n, "keeps no character; the label would be empty"));
+            }
+        }
         let mut labels = Vec::with_capacity(self.labels.len());
         for (name, text) in &self.labels {
             let key = format!("labels.{name}");
@@ -453,11 +495,12 @@ impl ValueRule {
                     "@key names an object key of `each`; set each",
                 ));
             }
-            if template.uses_key() && matches!(value, ValueSource::Count) {
+            let per_element = self.count_by.contains(name);
+            if template.uses_key() && matches!(value, ValueSource::Count) && !per_element {
                 return Err(RuleError::new(
                     &key,
                     text,
-                    "@count makes one sample for all elements, so there is no one key to name",
+                    "@count makes one sample for all elements, so there is no one key to name (unless the label is in count_by)",
                 ));
             }
             labels.push(LabelRule {
@@ -465,6 +508,8 @@ impl ValueRule {
                 template,
                 default: self.defaults.get(name).cloned(),
                 sorted: self.sorted_lists.contains(name),
+                per_element,
+                max_chars: self.truncate.get(name).copied(),
             });
         }
 
@@ -489,6 +534,8 @@ impl ValueRule {
                 template: Template::literal(text),
                 default: None,
                 sorted: false,
+                per_element: false,
+                max_chars: None,
             });
         }
         // Labels in name order, fixed ones among the others.

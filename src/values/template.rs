@@ -1,8 +1,9 @@
 //! Label values: a pointer (`/id`), the element's object key (`@key`), the
 //! fan-out item (`@item`, or one of its fields: `@item.node`), an instance
-//! fact (`@fact.cluster`), or a template mixing literal text with any of
-//! them in braces (`"{/type}/{/vmid}"`, `"cluster/{@fact.cluster}"`; `{{`
-//! and `}}` are literal braces).
+//! fact (`@fact.cluster`), a field of a lookup table's row
+//! (`@lookup.device[/serial].name`, see [`super::lookup`]), or a template
+//! mixing literal text with any of them in braces (`"{/type}/{/vmid}"`,
+//! `"cluster/{@fact.cluster}"`; `{{` and `}}` are literal braces).
 
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -22,6 +23,13 @@ pub enum Part {
     ItemField(Box<str>),
     /// A fact the instance's `facts` groups learned (`@fact.cluster`).
     Fact(Box<str>),
+    /// A field of a lookup table's row, the row named by the text of
+    /// `key` (`@lookup.device[/serial].name`).
+    Lookup {
+        table: Box<str>,
+        key: Box<Part>,
+        field: Box<str>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -34,7 +42,7 @@ pub enum TemplateError {
     #[error("is empty")]
     Empty,
     #[error(
-        "a label is a pointer (/id), @key, @item, @item.FIELD, @fact.NAME, or a template with {{…}} such as \"{{/type}}/{{/vmid}}\""
+        "a label is a pointer (/id), @key, @item, @item.FIELD, @fact.NAME, @lookup.TABLE[KEY].FIELD, or a template with {{…}} such as \"{{/type}}/{{/vmid}}\""
     )]
     Bare,
     #[error("a {{ is not closed")]
@@ -71,7 +79,31 @@ pub enum Rendered {
     NoFact,
 }
 
-const PLACEHOLDERS: &str = "only @key, @item, @item.FIELD and @fact.NAME";
+const PLACEHOLDERS: &str = "only @key, @item, @item.FIELD, @fact.NAME and @lookup.TABLE[KEY].FIELD";
+
+/// `TABLE[KEY].FIELD` of `@lookup.TABLE[KEY].FIELD`, the key being a
+/// pointer or one of `@key`, `@item`, `@item.FIELD`, `@fact.NAME`.
+fn lookup(inner: &str, rest: &str) -> Result<Part, TemplateError> {
+    let bad = |why: &'static str| TemplateError::BadPlaceholder(inner.into(), why);
+    const SHAPE: &str =
+        "a lookup is @lookup.TABLE[KEY].FIELD, KEY a pointer (/serial), @key, @item, @item.FIELD or @fact.NAME";
+    let (table, after) = rest.split_once('[').ok_or(bad(SHAPE))?;
+    let (key, field) = after.rsplit_once("].").ok_or(bad(SHAPE))?;
+    if !crate::values::valid_label_name(table) || !crate::values::valid_label_name(field) {
+        return Err(bad("a lookup table's and field's names are [a-zA-Z_][a-zA-Z0-9_]*"));
+    }
+    let key = match placeholder(key) {
+        Ok(Part::Lookup { .. }) => return Err(bad("a lookup's key cannot be another lookup")),
+        Ok(part) => part,
+        Err(TemplateError::BadPointer(k, e)) => return Err(TemplateError::BadPointer(k, e)),
+        Err(_) => return Err(bad(SHAPE)),
+    };
+    Ok(Part::Lookup {
+        table: table.into(),
+        key: Box::new(key),
+        field: field.into(),
+    })
+}
 
 fn placeholder(inner: &str) -> Result<Part, TemplateError> {
     let named = |name: &str, what: fn(Box<str>) -> Part| {
@@ -89,6 +121,7 @@ fn placeholder(inner: &str) -> Result<Part, TemplateError> {
         "@item" => Ok(Part::Item),
         _ if inner.starts_with("@item.") => named(&inner["@item.".len()..], Part::ItemField),
         _ if inner.starts_with("@fact.") => named(&inner["@fact.".len()..], Part::Fact),
+        _ if inner.starts_with("@lookup.") => lookup(inner, &inner["@lookup.".len()..]),
         _ if inner.starts_with('@') => Err(TemplateError::BadPlaceholder(inner.into(), PLACEHOLDERS)),
         _ if inner.is_empty() => Err(TemplateError::BadPlaceholder(inner.into(), "names nothing")),
         _ => Pointer::parse(inner)
@@ -147,23 +180,51 @@ impl Template {
     }
 
     pub fn uses_key(&self) -> bool {
-        self.parts.iter().any(|p| matches!(p, Part::Key))
+        self.parts.iter().any(|p| match p {
+            Part::Key => true,
+            Part::Lookup { key, .. } => matches!(**key, Part::Key),
+            _ => false,
+        })
     }
 
-    /// The item fields it reads (`@item.FIELD`).
+    /// The item fields it reads (`@item.FIELD`, also as a lookup's key).
     pub fn item_fields(&self) -> impl Iterator<Item = &str> {
         self.parts.iter().filter_map(|p| match p {
             Part::ItemField(f) => Some(&**f),
+            Part::Lookup { key, .. } => match &**key {
+                Part::ItemField(f) => Some(&**f),
+                _ => None,
+            },
             _ => None,
         })
     }
 
-    /// The facts it reads (`@fact.NAME`).
+    /// The facts it reads (`@fact.NAME`, also as a lookup's key).
     pub fn facts(&self) -> impl Iterator<Item = &str> {
         self.parts.iter().filter_map(|p| match p {
             Part::Fact(f) => Some(&**f),
+            Part::Lookup { key, .. } => match &**key {
+                Part::Fact(f) => Some(&**f),
+                _ => None,
+            },
             _ => None,
         })
+    }
+
+    /// The lookup tables and fields it reads (`@lookup.TABLE[KEY].FIELD`).
+    pub fn lookups(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Lookup { table, field, .. } => Some((&**table, &**field)),
+            _ => None,
+        })
+    }
+
+    /// Whether it reads any instance fact or lookup table: its samples
+    /// may have to wait for one.
+    pub fn uses_facts(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p, Part::Fact(_) | Part::Lookup { .. }))
     }
 
     /// Appends the label's text to `out` and says what it found. A part
@@ -173,31 +234,66 @@ impl Template {
     pub fn render(&self, element: &Value, cx: Context<'_>, out: &mut String) -> Rendered {
         let mut found = Rendered::Done;
         for part in self.parts.iter() {
-            match part {
-                Part::Text(t) => out.push_str(t),
-                Part::Key => match cx.key {
-                    Some(k) => out.push_str(k),
-                    None => found = Rendered::Missing,
-                },
-                Part::Item => match cx.item {
-                    Some(k) => out.push_str(k),
-                    None => found = Rendered::Missing,
-                },
-                Part::ItemField(f) => match cx.item.and_then(|i| super::item::field(i, f)) {
-                    Some(v) => out.push_str(&v),
-                    None => found = Rendered::Missing,
-                },
-                Part::Fact(f) => match cx.facts.and_then(|m| m.get(&**f)) {
-                    Some(v) => out.push_str(v),
-                    None => return Rendered::NoFact,
-                },
-                Part::Field(p) => match p.resolve(element) {
-                    None | Some(Value::Null) => found = Rendered::Missing,
-                    Some(v) => push_text(v, out),
-                },
+            match render_part(part, element, cx, out) {
+                Rendered::Done => {}
+                Rendered::Missing => found = Rendered::Missing,
+                Rendered::NoFact => return Rendered::NoFact,
             }
         }
         found
+    }
+}
+
+/// Appends one part's text to `out` (see [`Template::render`]). A lookup
+/// whose table is not learned yet is [`Rendered::NoFact`]; one whose key
+/// is missing, or has no row or no such field in the learned table, is
+/// [`Rendered::Missing`].
+fn render_part(part: &Part, element: &Value, cx: Context<'_>, out: &mut String) -> Rendered {
+    let found = |v: Option<&str>, out: &mut String| match v {
+        Some(v) => {
+            out.push_str(v);
+            Rendered::Done
+        }
+        None => Rendered::Missing,
+    };
+    match part {
+        Part::Text(t) => {
+            out.push_str(t);
+            Rendered::Done
+        }
+        Part::Key => found(cx.key, out),
+        Part::Item => found(cx.item, out),
+        Part::ItemField(f) => found(cx.item.and_then(|i| super::item::field(i, f)).as_deref(), out),
+        Part::Fact(f) => match cx.facts.and_then(|m| m.get(&**f)) {
+            Some(v) => {
+                out.push_str(v);
+                Rendered::Done
+            }
+            None => Rendered::NoFact,
+        },
+        Part::Field(p) => match p.resolve(element) {
+            None | Some(Value::Null) => Rendered::Missing,
+            Some(v) => {
+                push_text(v, out);
+                Rendered::Done
+            }
+        },
+        Part::Lookup { table, key, field } => {
+            let Some(facts) = cx.facts.filter(|m| m.contains_key(&super::lookup::marker(table))) else {
+                return Rendered::NoFact;
+            };
+            let mut k = String::new();
+            match render_part(key, element, cx, &mut k) {
+                Rendered::Done => {}
+                other => return other,
+            }
+            found(
+                facts
+                    .get(&super::lookup::row_fact(table, &k, field))
+                    .map(String::as_str),
+                out,
+            )
+        }
     }
 }
 
@@ -287,6 +383,87 @@ mod tests {
             ["node", "vmid"]
         );
         assert_eq!(t.facts().collect::<Vec<_>>(), ["name"]);
+    }
+
+    #[test]
+    fn lookups_read_a_row_by_a_key_of_the_element() {
+        let doc = json!({"serial": "A", "net": "N1"});
+        let facts: Facts = [
+            ("device[]", "2"),
+            ("device[A].name", "hq-mx"),
+            ("network[]", "1"),
+            ("network[N1].name", "HQ Paris"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let cx = Context {
+            key: Some("A"),
+            facts: Some(&facts),
+            ..Context::default()
+        };
+        assert_eq!(
+            render("@lookup.device[/serial].name", &doc, cx).as_deref(),
+            Some("hq-mx")
+        );
+        assert_eq!(render("@lookup.device[@key].name", &doc, cx).as_deref(), Some("hq-mx"));
+        assert_eq!(
+            render(
+                "{@lookup.device[/serial].name} in {@lookup.network[/net].name}",
+                &doc,
+                cx
+            )
+            .as_deref(),
+            Some("hq-mx in HQ Paris")
+        );
+        let t = |s: &str| Template::parse(s).unwrap();
+        let mut out = String::new();
+        assert_eq!(
+            t("@lookup.device[/serial].model").render(&doc, cx, &mut out),
+            Rendered::Missing,
+            "a field the row lacks"
+        );
+        assert_eq!(
+            t("@lookup.device[/net].name").render(&doc, cx, &mut out),
+            Rendered::Missing,
+            "a key with no row"
+        );
+        assert_eq!(
+            t("@lookup.device[/nothing].name").render(&doc, cx, &mut out),
+            Rendered::Missing,
+            "no key"
+        );
+        assert_eq!(
+            t("@lookup.site[/serial].name").render(&doc, cx, &mut out),
+            Rendered::NoFact,
+            "a table not learned yet: the sample waits"
+        );
+        assert_eq!(
+            t("@lookup.device[@fact.x].name").render(&doc, cx, &mut out),
+            Rendered::NoFact,
+            "a key that is a fact not learned yet"
+        );
+        let both = t("{@lookup.device[@item.serial].name}/{@lookup.network[@fact.net].name}");
+        assert_eq!(
+            both.lookups().collect::<Vec<_>>(),
+            [("device", "name"), ("network", "name")]
+        );
+        assert_eq!(both.item_fields().collect::<Vec<_>>(), ["serial"]);
+        assert_eq!(both.facts().collect::<Vec<_>>(), ["net"]);
+        assert!(both.uses_facts());
+        assert!(t("@lookup.device[@key].name").uses_key());
+        for bad in [
+            "@lookup.device",
+            "@lookup.device[/serial]",
+            "@lookup.device[/serial].",
+            "@lookup.[/serial].name",
+            "@lookup.device[serial].name",
+            "@lookup.device[@lookup.x[/a].b].name",
+            "@lookup.device[@nothing].name",
+            "@lookup.a-b[/serial].name",
+        ] {
+            assert!(Template::parse(bad).is_err(), "{bad} is refused");
+        }
     }
 
     #[test]

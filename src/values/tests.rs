@@ -1,6 +1,7 @@
 use super::*;
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 fn rule(toml_text: &str) -> ValueRule {
     toml::from_str(toml_text).unwrap_or_else(|e| panic!("{e}\n{toml_text}"))
@@ -406,6 +407,31 @@ fn bad_rules_are_refused_naming_the_key() {
             "metric = \"x\"\nkind = \"stateset\"\nvalue = \"/a\"\nstates = [\"a\"]\nfixed_labels = { state = \"s\" }",
             "fixed_labels.state",
         ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nlabels = { s = \"/s\" }\ncount_by = [\"s\"]",
+            "count_by",
+        ),
+        (
+            "metric = \"x\"\neach = \"\"\nvalue = \"@count\"\ncount_by = [\"s\"]",
+            "count_by",
+        ),
+        (
+            "metric = \"x\"\neach = \"\"\nvalue = \"@count\"\nlabels = { s = \"/s\" }\ncount_by = [\"s\", \"s\"]",
+            "count_by",
+        ),
+        ("metric = \"x\"\nvalue = \"/a\"\ntruncate = { s = 2 }", "truncate.s"),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nlabels = { s = \"/s\" }\ntruncate = { s = 0 }",
+            "truncate.s",
+        ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nlabels = { s = \"@lookup.device[serial].name\" }",
+            "labels.s",
+        ),
+        (
+            "metric = \"x\"\nvalue = \"/a\"\nlabels = { s = \"@lookup.device[/serial]\" }",
+            "labels.s",
+        ),
     ];
     for (text, key) in cases {
         assert_eq!(compile_err(text).key, key, "{text}");
@@ -430,6 +456,136 @@ fn fixed_labels_are_on_every_sample_as_written() {
     assert_eq!(
         series(&x),
         ["meraki_ms_ports_by_media_total{media=rj45,org=lab,status={active}} 56"]
+    );
+}
+
+#[test]
+fn count_by_counts_per_set_of_element_labels_and_truncate_cuts_them() {
+    let r = compile(
+        r#"
+        metric = "guests_total"
+        each = "/data"
+        where = { "/type" = ["qemu", "lxc", "node"] }
+        value = "@count"
+        labels = { kind = "/type", node = "/node", initial = "/name", cluster = "@fact.cluster" }
+        count_by = ["kind", "node", "initial"]
+        truncate = { initial = 1, kind = 2 }
+        "#,
+    );
+    let facts = Facts::from([("cluster".to_string(), "lab".to_string())]);
+    let mut x = Extractor::new(DEFAULT_MAX_SERIES);
+    let cx = Context {
+        facts: Some(&facts),
+        ..Context::default()
+    };
+    x.feed_in(&[r], &resources(), cx);
+    assert_eq!(
+        series(&x.finish()),
+        [
+            "guests_total{cluster=lab,initial=w,kind=qe,node=pve1} 1",
+            "guests_total{cluster=lab,initial=d,kind=lx,node=pve2} 1",
+            "guests_total{cluster=lab,initial=,kind=no,node=pve3} 1",
+            "guests_total{cluster=lab,initial=t,kind=qe,node=pve1} 1",
+        ]
+    );
+    let by_node = compile(
+        r#"
+        metric = "guests_total"
+        each = "/data"
+        value = "@count"
+        labels = { node = "/node", first = "/data/0/node" }
+        count_by = ["node"]
+        "#,
+    );
+    assert_eq!(
+        series(&extract(&[by_node], &resources(), None, DEFAULT_MAX_SERIES)),
+        [
+            "guests_total{first=pve1,node=pve1} 3",
+            "guests_total{first=pve1,node=pve2} 1",
+            "guests_total{first=pve1,node=pve3} 1",
+        ],
+        "labels outside count_by read the body"
+    );
+    let waits = compile(
+        r#"
+        metric = "guests_total"
+        each = "/data"
+        value = "@count"
+        labels = { node = "@lookup.node[/node].name" }
+        count_by = ["node"]
+        "#,
+    );
+    let x = extract(&[waits], &resources(), None, DEFAULT_MAX_SERIES);
+    assert!(
+        x.samples.is_empty() && x.waiting_for_facts,
+        "no table yet: the counts wait"
+    );
+}
+
+#[test]
+fn lookups_join_fields_of_another_body_by_a_key_of_the_element() {
+    let devices = json!([
+        {"serial": "A", "name": "hq-mx", "model": "MX68", "networkId": "N1"},
+        {"serial": "B", "name": "hq-sw", "model": "MS120-8", "networkId": "N1"},
+    ]);
+    let networks = json!([{"id": "N1", "name": "HQ Paris"}]);
+    let table = |key: &str, fields: &[(&str, &str)]| Lookup {
+        each: String::new(),
+        key: key.into(),
+        fields: fields.iter().map(|(f, p)| (f.to_string(), p.to_string())).collect(),
+    };
+    let mut facts = lookup::learn(
+        &devices,
+        &BTreeMap::new(),
+        &BTreeMap::from([(
+            "device".to_string(),
+            table(
+                "/serial",
+                &[("name", "/name"), ("model", "/model"), ("network", "/networkId")],
+            ),
+        )]),
+    );
+    facts.extend(lookup::learn(
+        &networks,
+        &BTreeMap::new(),
+        &BTreeMap::from([("network".to_string(), table("/id", &[("name", "/name")]))]),
+    ));
+    let r = compile(
+        r#"
+        metric = "device_up"
+        each = ""
+        value = "/status"
+        map = { online = 1 }
+        map_default = 0
+        labels = { serial = "/serial", name = "@lookup.device[/serial].name", model = "@lookup.device[/serial].model", device_type = "@lookup.device[/serial].model", network_name = "@lookup.network[/network/id].name" }
+        truncate = { device_type = 2 }
+        defaults = { name = "unknown" }
+        "#,
+    );
+    let body = json!([
+        {"serial": "A", "status": "online", "network": {"id": "N1"}},
+        {"serial": "C", "status": "offline", "network": {"id": "N9"}},
+    ]);
+    let cx = Context {
+        facts: Some(&facts),
+        ..Context::default()
+    };
+    let mut x = Extractor::new(DEFAULT_MAX_SERIES);
+    x.feed_in(std::slice::from_ref(&r), &body, cx);
+    let x = x.finish();
+    assert!(!x.waiting_for_facts);
+    assert_eq!(
+        series(&x),
+        [
+            "device_up{device_type=MX,model=MX68,name=hq-mx,network_name=HQ Paris,serial=A} 1",
+            "device_up{device_type=,model=,name=unknown,network_name=,serial=C} 0",
+        ],
+        "a key a learned table lacks is a missing label"
+    );
+    let x = extract(&[r], &body, None, DEFAULT_MAX_SERIES);
+    assert!(
+        x.samples.is_empty() && x.waiting_for_facts,
+        "tables not learned: the samples wait"
     );
 }
 

@@ -12,16 +12,31 @@ const EXPORTER_NAMES: &[&str] = &["pve_not_backed_up_total non-counter metrics s
 
 /// Families of meraki-dashboard-exporter 0.26.0 that the `meraki` preset
 /// gives under their names (gauges ending in `_total`, `_kb`, `_minutes`,
-/// `_days`, `_count`), kept exactly for dashboards (docs/PARITY.md): any
+/// `_days`, `_count`, `_mbps`), kept exactly for dashboards (docs/PARITY.md): any
 /// lint finding about these names is accepted.
 const MERAKI_EXPORTER_NAMES: &[&str] = &[
+    "meraki_alerts_total_by_network",
+    "meraki_alerts_total_by_severity",
+    "meraki_mr_aggregation_speed_mbps",
+    "meraki_mr_cpu_load_5min",
+    "meraki_mr_network_packets_downstream_lost",
+    "meraki_mr_network_packets_downstream_total",
+    "meraki_mr_network_packets_upstream_lost",
+    "meraki_mr_network_packets_upstream_total",
+    "meraki_mr_packets_downstream_lost",
+    "meraki_mr_packets_downstream_total",
+    "meraki_mr_packets_upstream_lost",
+    "meraki_mr_packets_upstream_total",
+    "meraki_mr_port_link_negotiation_speed_mbps",
     "meraki_ms_ports_active_total",
     "meraki_ms_ports_by_link_speed_total",
     "meraki_ms_ports_by_media_total",
     "meraki_ms_ports_inactive_total",
     "meraki_org_clients_total",
     "meraki_org_configuration_changes_total",
+    "meraki_org_devices_availability_total",
     "meraki_org_devices_by_model_total",
+    "meraki_org_devices_total",
     "meraki_org_licenses_total",
     "meraki_org_login_security_different_passwords_count",
     "meraki_org_login_security_idle_timeout_minutes",

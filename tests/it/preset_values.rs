@@ -84,19 +84,17 @@ fn run(api: SimApi, name: &str) -> Run {
         families: BTreeMap::new(),
         skipped: Vec::new(),
     };
-    // The instance's facts first, as the appliance learns them (meraki's
-    // org_id and org_name label the exporter's families).
+    // The instance's facts and lookup tables first, as the appliance learns
+    // them (meraki's org_id and org_name, and its device and network
+    // tables, label the exporter's families).
     let mut facts = Facts::new();
-    for group in t.groups.iter().filter(|g| !g.facts.is_empty()) {
+    for group in t.groups.iter().filter(|g| !g.facts.is_empty() || !g.lookups.is_empty()) {
         let doc = body(api, &group.path);
-        for (name, pointer) in &group.facts {
-            let v = doc
-                .pointer(pointer)
-                .unwrap_or_else(|| panic!("{}: fact {name}", group.name));
-            let mut text = String::new();
-            pollster::values::push_text(v, &mut text);
-            facts.insert(name.clone(), text);
+        let learned = pollster::values::lookup::learn(&doc, &group.facts, &group.lookups);
+        for name in group.facts.keys() {
+            assert!(learned.contains_key(name), "{}: fact {name}", group.name);
         }
+        facts = pollster::values::lookup::merge(&facts, learned);
     }
     for (g, group) in t.groups.iter().enumerate() {
         let rules = group
@@ -194,39 +192,73 @@ fn meraki() {
             "meraki_org_devices_availability{status=\"online\"} 8",
         ]
     );
-    let dev = |serial: &str, name: &str, net: &str, product: &str| {
-        format!("{{name=\"{name}\",network_id=\"{net}\",product_type=\"{product}\",serial=\"{serial}\"}}")
+    // Devices labelled as the exporter labels them: name, model and network
+    // name joined from the device and network lookup tables, the type the
+    // model's first two letters, and the organization's facts.
+    let dev = |serial: &str, name: &str, model: &str, net: (&str, &str)| {
+        format!(
+            "{{device_type=\"{}\",model=\"{model}\",name=\"{name}\",network_id=\"{}\",network_name=\"{}\",\
+             org_id=\"549236\",org_name=\"Pollster Lab\",serial=\"{serial}\"}}",
+            &model[..2],
+            net.0,
+            net.1
+        )
     };
-    let hq = "L_646829496481105433";
-    let lyon = "L_646829496481105434";
+    let hq = ("L_646829496481105433", "HQ Paris");
+    let lyon = ("L_646829496481105434", "Branch Lyon");
     assert_eq!(
         r.get(&format!(
             "meraki_device_up{}",
-            dev("Q2KN-5X8M-A1B2", "hq-mx", hq, "appliance")
+            dev("Q2BX-6UVW-L2M3", "lyon-sw", "MS120-8FP", lyon)
         )),
         1.0
     );
     assert_eq!(
         r.get(&format!(
             "meraki_device_up{}",
-            dev("Q2PN-3QRT-C3D4", "lyon-mx", lyon, "appliance")
+            dev("Q2HP-4RST-J9K1", "hq-floor2-sw", "MS120-24P", hq)
         )),
-        0.0
+        0.0,
+        "alerting"
     );
     assert_eq!(
         r.get(&format!(
             "meraki_device_up{}",
-            dev("Q3AC-2FGH-S8T9", "lyon-ap", lyon, "wireless")
+            dev("Q2KN-5X8M-A1B2", "hq-mx", "MX68", hq)
+        )),
+        0.0,
+        "an MX is 0 whatever its status, as the exporter's"
+    );
+    assert_eq!(
+        r.get(&format!(
+            "meraki_device_up{}",
+            dev("Q3AC-2FGH-S8T9", "lyon-ap", "MR36", lyon)
         )),
         0.0
     );
     assert_eq!(r.of("meraki_device_up").len(), 12);
+    let lille = dev(
+        "Q3AD-4JKL-U1V2",
+        "lille-ap",
+        "MR33",
+        ("N_646829496481105435", "Warehouse Lille"),
+    );
     assert_eq!(
-        r.get(
-            "meraki_device_status_info{name=\"lille-ap\",network_id=\"N_646829496481105435\",\
-             product_type=\"wireless\",serial=\"Q3AD-4JKL-U1V2\",status=\"dormant\"}"
-        ),
+        r.get(&format!(
+            "meraki_device_status_info{},status=\"dormant\"}}",
+            lille.trim_end_matches('}')
+        )),
         1.0
+    );
+    assert_eq!(
+        r.of("meraki_org_devices_total"),
+        [
+            "meraki_org_devices_total{device_type=\"MG\",org_id=\"549236\",org_name=\"Pollster Lab\"} 1",
+            "meraki_org_devices_total{device_type=\"MR\",org_id=\"549236\",org_name=\"Pollster Lab\"} 4",
+            "meraki_org_devices_total{device_type=\"MS\",org_id=\"549236\",org_name=\"Pollster Lab\"} 3",
+            "meraki_org_devices_total{device_type=\"MT\",org_id=\"549236\",org_name=\"Pollster Lab\"} 2",
+            "meraki_org_devices_total{device_type=\"MX\",org_id=\"549236\",org_name=\"Pollster Lab\"} 2",
+        ]
     );
     // Devices by product type give the firmware inventory (no switches: the
     // preset lists appliances, gateways, access points and sensors only).
@@ -246,13 +278,13 @@ fn meraki() {
         )
     };
     assert_eq!(r.of("meraki_uplink_status").len(), 6 * 5);
-    assert_eq!(r.get(&up("Q2PN-3QRT-C3D4", "MX67C", lyon, "wan2", "failed")), 1.0);
-    assert_eq!(r.get(&up("Q2PN-3QRT-C3D4", "MX67C", lyon, "wan2", "ready")), 0.0);
+    assert_eq!(r.get(&up("Q2PN-3QRT-C3D4", "MX67C", lyon.0, "wan2", "failed")), 1.0);
+    assert_eq!(r.get(&up("Q2PN-3QRT-C3D4", "MX67C", lyon.0, "wan2", "ready")), 0.0);
     assert_eq!(
-        r.get(&up("Q2PN-3QRT-C3D4", "MX67C", lyon, "cellular", "not connected")),
+        r.get(&up("Q2PN-3QRT-C3D4", "MX67C", lyon.0, "cellular", "not connected")),
         1.0
     );
-    assert_eq!(r.get(&up("Q2KN-5X8M-A1B2", "MX68", hq, "wan1", "active")), 1.0);
+    assert_eq!(r.get(&up("Q2KN-5X8M-A1B2", "MX68", hq.0, "wan1", "active")), 1.0);
     assert_eq!(
         r.get(&up(
             "Q2ZY-8HJK-E5F6",
@@ -275,23 +307,26 @@ fn meraki() {
     assert_eq!(
         r.of("meraki_mt_temperature_celsius"),
         [format!(
-            "meraki_mt_temperature_celsius{{network_id=\"{hq}\",serial=\"Q3CA-6MNP-W3X4\"}} 23.9"
+            "meraki_mt_temperature_celsius{} 23.9",
+            dev("Q3CA-6MNP-W3X4", "hq-serverroom-temp", "MT10", hq)
         )]
     );
     assert_eq!(
         r.of("meraki_mt_door_status"),
         [format!(
-            "meraki_mt_door_status{{network_id=\"{hq}\",serial=\"Q3CB-8QRS-Y5Z6\"}} 0"
+            "meraki_mt_door_status{} 0",
+            dev("Q3CB-8QRS-Y5Z6", "hq-serverroom-door", "MT20", hq)
         )]
     );
-    assert_eq!(r.of("meraki_mt_battery_percent").len(), 2);
+    assert_eq!(r.of("meraki_mt_battery_percentage").len(), 2);
     assert_eq!(r.of("meraki_ap_channel_utilization_percent").len(), 8);
 
     assert_eq!(r.get("meraki_org_license_ok"), 1.0);
     assert_eq!(r.get("meraki_org_licensed_devices{model=\"MR36\"}"), 2.0);
     assert_eq!(
         r.get(&format!(
-            "meraki_network_info{{network_id=\"{hq}\",network_name=\"HQ Paris\",time_zone=\"Europe/Paris\"}}"
+            "meraki_network_info{{network_id=\"{}\",network_name=\"HQ Paris\",time_zone=\"Europe/Paris\"}}",
+            hq.0
         )),
         1.0
     );

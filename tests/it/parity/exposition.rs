@@ -199,14 +199,13 @@ pub fn offline_exposition(ty: &TypeDef, body: &dyn Fn(&str) -> Option<Value>) ->
     let items = learned_items(ty, body);
     let mut facts = Facts::new();
     for group in &ty.groups {
-        if !group.facts.is_empty() {
+        if !group.facts.is_empty() || !group.lookups.is_empty() {
             let doc = body(&group.path).expect("a fact group's body");
-            for (name, pointer) in &group.facts {
-                let v = doc.pointer(pointer).expect("the fact");
-                let mut text = String::new();
-                pollster::values::push_text(v, &mut text);
-                facts.insert(name.clone(), text);
+            let learned = pollster::values::lookup::learn(&doc, &group.facts, &group.lookups);
+            for name in group.facts.keys() {
+                assert!(learned.contains_key(name), "group {}: no fact {name}", group.name);
             }
+            facts = pollster::values::lookup::merge(&facts, learned);
         }
     }
     let mut rules_all: Vec<Rule> = Vec::new();
