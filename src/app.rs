@@ -162,7 +162,7 @@ impl Application {
         // database is written to.
         let data_dir = config.server.data_dir.clone();
         let key_env = config.secret_key_file.clone();
-        let (key_file, key) = blocking(move || crate::secrets::unlock(&data_dir, key_env.as_deref())).await??;
+        let (key_file, key) = blocking(move || crate::store::unlock(&data_dir, key_env.as_deref())).await??;
         tracing::info!(key_file = %key_file.path.display(), "data key loaded");
         let key_path = key_file.path.clone();
         let data_dir = config.server.data_dir.clone();
