@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-pub const SETTINGS_KEY: &str = web::api::settings::SETTINGS_KEY;
+pub const SETTINGS_KEY: &str = crate::service::settings::SETTINGS_KEY;
 /// The file in the data directory that holds the first-run setup code.
 pub const SETUP_CODE_FILE: &str = "setup-code";
 
@@ -56,8 +56,8 @@ pub enum AppError {
     #[error("metrics registry: {0}")]
     Metrics(#[from] prometheus::Error),
     /// The over-budget gate refused to start (exit code 2).
-    #[error("{0}")]
-    OverBudget(String),
+    #[error(transparent)]
+    OverBudget(crate::core::plan::OverBudget),
     /// A certificate or key file cannot be used (exit code 2).
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
@@ -235,7 +235,7 @@ impl Application {
         }
         // Budget pools changed from the UI or API override the file's.
         let s = store.clone();
-        let saved_budgets = blocking(move || s.get_settings(web::ops::BUDGETS_KEY)).await??;
+        let saved_budgets = blocking(move || s.get_settings(crate::service::budgets::BUDGETS_KEY)).await??;
         if let Some(Value::Object(saved)) = saved_budgets {
             for (name, v) in saved {
                 let b = match serde_json::from_value::<crate::model::BudgetConfig>(v) {
@@ -271,7 +271,7 @@ impl Application {
         // The sink: saved from the UI (a document, or null for "off") in
         // place of the file's, then the environment over it.
         let s = store.clone();
-        let saved_sink = blocking(move || s.get_settings(web::ops::SINK_KEY)).await??;
+        let saved_sink = blocking(move || s.get_settings(crate::store::SINK_SETTINGS)).await??;
         let sink = match saved_sink {
             None => config.sink.clone(),
             Some(doc) => match serde_json::from_value::<Option<crate::config::SinkConfig>>(doc) {

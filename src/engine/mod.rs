@@ -383,7 +383,7 @@ impl Shared {
 
     /// The over-budget gate (§2) for a proposed catalog and settings,
     /// with the shapes learned so far.
-    pub fn check_gate(&self, cat: &Catalog, settings: &MonitoringSettings) -> Result<(), String> {
+    pub fn check_gate(&self, cat: &Catalog, settings: &MonitoringSettings) -> Result<(), plan::OverBudget> {
         self.budgets(|b, _| plan::gate(cat, &b.shapes, &settings.scheduler))
     }
 

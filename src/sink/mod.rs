@@ -233,6 +233,19 @@ impl Sink {
         Some(row)
     }
 
+    /// A change event as an outbox row for the audit trail, and for the
+    /// sink when `deliver` (a change of the sink's own settings is told to
+    /// the receiver of the new settings, not of the old).
+    pub fn stage_audited(&self, event: &Event, deliver: bool) -> OutboxEvent {
+        let mut row = event.to_outbox(&mut rand::rng());
+        row.deliver = deliver;
+        row.audit = Some(crate::store::AuditStamp {
+            time: event.time,
+            source: crate::audit::current_source(),
+        });
+        row
+    }
+
     /// Spawn the driver task (on the current tokio runtime). Only the first
     /// call spawns it; later calls, and calls after shutdown, return a task
     /// that ends at once. The driver runs until [`Sink::shutdown`], even

@@ -558,22 +558,9 @@ pub async fn create_token(
             }
         },
     };
-    let n = name.clone();
-    let (sink, actor) = (app.engine.sink().clone(), who.actor());
-    let event = move |info: &crate::store::TokenInfo| {
-        let target = format!("{}({})", info.name, info.id);
-        let e = crate::sink::event::Event::operator(Timestamp::now(), &actor, "token.create", &target);
-        sink.stage(&e).into_iter().collect()
-    };
-    match app
-        .with_store(move |s| s.create_token_with_events(&n, scope, Timestamp::now(), event))
-        .await
-    {
-        Ok((plain, info)) => {
-            tracing::info!(token = %info.id, name = %name, scope = info.scope.as_str(), actor = %who.actor(), "API token created");
-            security(&app, &session, None, Some(plain), None).await.into_response()
-        }
-        Err(e) => e.into_response(),
+    match crate::service::tokens::create(&app.engine, &name, scope, &who.actor()).await {
+        Ok((plain, _)) => security(&app, &session, None, Some(plain), None).await.into_response(),
+        Err(e) => crate::web::error::ApiError::from(e).into_response(),
     }
 }
 
@@ -583,15 +570,10 @@ pub async fn revoke_token(
     session: Session,
     Path(id): Path<String>,
 ) -> Redirect {
-    let i = id.clone();
-    let event = crate::sink::event::Event::operator(Timestamp::now(), &who.actor(), "token.revoke", &id);
-    let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
-    let revoked = app
-        .with_store(move |s| s.revoke_token_with_events(&i, &events))
+    let revoked = crate::service::tokens::revoke(&app.engine, &id, &who.actor())
         .await
         .unwrap_or(false);
     if revoked {
-        tracing::info!(token = %id, actor = %who.actor(), "API token revoked");
         session::set_flash(&session, format!("Token {id} revoked.")).await;
     } else {
         session::set_flash(&session, format!("No token {id}.")).await;
