@@ -8,7 +8,6 @@ use crate::core::catalog::Catalog;
 use crate::engine::ports::Ports;
 use crate::engine::settings::SettingsLayers;
 use crate::engine::{Engine, EngineHandle, SHUTDOWN_GRACE, Shared};
-use crate::model::Timestamp;
 use crate::poll::Poller;
 use crate::store::Store;
 use crate::web::{self, AppState};
@@ -177,8 +176,8 @@ impl Application {
                 tracing::info!("POLLSTER_ADMIN_PASSWORD is ignored: the admin account exists already");
             }
             Some(pw) => {
-                let s = store.clone();
-                blocking(move || crate::accounts::set_admin_password(&s, &pw, Timestamp::now())).await??;
+                let (s, now) = (store.clone(), ports.clock.now());
+                blocking(move || crate::accounts::set_admin_password(&s, &pw, now)).await??;
                 tracing::info!("admin account created from POLLSTER_ADMIN_PASSWORD");
             }
             None => {}

@@ -224,6 +224,7 @@ impl Shared {
         let sink_config = Mutex::new(sink.clone());
         let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);
         sink.attach_outbox(store.clone());
+        sink.seed_ids(ports.event_id_rng());
         let tasks = match &ports.tasks {
             Some(tasks) => tasks.clone(),
             None => Arc::new(store.clone()),

@@ -10,7 +10,6 @@
 
 use super::{Layout, layout, public_layout};
 use crate::accounts::{self, ADMIN};
-use crate::model::Timestamp;
 use crate::store::{TokenInfo, TokenScope};
 use crate::web::auth::Principal;
 use crate::web::throttle::Refusal;
@@ -134,7 +133,7 @@ impl PasswordCheck {
             logins.with_label_values(&["busy"]).inc();
             return Err(NotChecked::Busy);
         };
-        if let Err(r) = app.web.throttle().begin(ip, account, Timestamp::now()) {
+        if let Err(r) = app.web.throttle().begin(ip, account, app.engine.now()) {
             logins.with_label_values(&["locked"]).inc();
             return Err(NotChecked::Throttled(r));
         }
@@ -167,7 +166,7 @@ impl PasswordCheck {
         self.app
             .web
             .throttle()
-            .finish(self.ip, self.account.as_deref(), ok, Timestamp::now())
+            .finish(self.ip, self.account.as_deref(), ok, self.app.engine.now())
     }
 }
 
@@ -254,10 +253,11 @@ pub async fn setup(
     let pw = f.password;
     // The first admin, to the audit trail with the password (the setup
     // code is its credential: the actor is `setup`).
-    let event = crate::sink::event::Event::operator(Timestamp::now(), "setup", "account.create", ADMIN);
+    let now = app.engine.now();
+    let event = crate::sink::event::Event::operator(now, "setup", "account.create", ADMIN);
     let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
     let res = check
-        .run(move || accounts::set_admin_password_with_events(&store, &pw, Timestamp::now(), &events))
+        .run(move || accounts::set_admin_password_with_events(&store, &pw, now, &events))
         .await;
     check.finish(true);
     match res {
@@ -348,7 +348,7 @@ async fn record_login(app: &AppState, ip: IpAddr, user: &str, ok: bool) {
         crate::web::failed_auth::record(app, kind, ip, &format!("user:{user}"), &user).await;
         return;
     }
-    let event = crate::sink::event::Event::operator(Timestamp::now(), &format!("user:{user}"), "login", &user);
+    let event = crate::sink::event::Event::operator(app.engine.now(), &format!("user:{user}"), "login", &user);
     let Some(row) = app.engine.sink().stage(&event) else {
         return;
     };
@@ -479,8 +479,8 @@ pub async fn change_password(
     };
     let store = app.engine.store().clone();
     let u = user.clone();
-    let event =
-        crate::sink::event::Event::operator(Timestamp::now(), &format!("user:{user}"), "password.change", &user);
+    let now = app.engine.now();
+    let event = crate::sink::event::Event::operator(now, &format!("user:{user}"), "password.change", &user);
     let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
     let keep = session.id().map(|id| crate::store::session_key(&id.to_string()));
     let result = check
@@ -492,7 +492,7 @@ pub async fn change_password(
             if f.password != f.confirm {
                 return Err(ChangeRefused::Other("The two new passwords differ.".into()));
             }
-            accounts::set_admin_password_with_events(&store, &f.password, Timestamp::now(), &events)
+            accounts::set_admin_password_with_events(&store, &f.password, now, &events)
                 .map_err(|e| ChangeRefused::Other(e.to_string()))?;
             store
                 .delete_user_sessions(&u, keep.as_deref())
