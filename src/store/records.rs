@@ -13,7 +13,9 @@ use super::{Ctx, Store, StoreError, codec};
 use crate::model::{InstanceConfig, TaskKey, TaskRecord};
 use crate::secrets::DataKey;
 
-/// The `settings` key of the sink's document, whose secrets are sealed.
+/// The `settings` key of the sink's document, whose secrets are sealed:
+/// the sink saved from the UI or API (a `[sink]` document, or null for
+/// "off": the file's sink no longer applies). The one name of that key.
 pub const SINK_SETTINGS: &str = "sink";
 
 /// Tasks read at startup, and the records that could not be read.
