@@ -8,7 +8,6 @@ use crate::core::catalog::Catalog;
 use crate::engine::ports::Ports;
 use crate::engine::settings::SettingsLayers;
 use crate::engine::{Engine, EngineHandle, SHUTDOWN_GRACE, Shared};
-use crate::model::Timestamp;
 use crate::poll::Poller;
 use crate::store::Store;
 use crate::web::{self, AppState};
@@ -18,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-pub const SETTINGS_KEY: &str = web::api::settings::SETTINGS_KEY;
+pub const SETTINGS_KEY: &str = crate::service::settings::SETTINGS_KEY;
 /// The file in the data directory that holds the first-run setup code.
 pub const SETUP_CODE_FILE: &str = "setup-code";
 
@@ -56,8 +55,8 @@ pub enum AppError {
     #[error("metrics registry: {0}")]
     Metrics(#[from] prometheus::Error),
     /// The over-budget gate refused to start (exit code 2).
-    #[error("{0}")]
-    OverBudget(String),
+    #[error(transparent)]
+    OverBudget(crate::core::plan::OverBudget),
     /// A certificate or key file cannot be used (exit code 2).
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
@@ -162,7 +161,7 @@ impl Application {
         // database is written to.
         let data_dir = config.server.data_dir.clone();
         let key_env = config.secret_key_file.clone();
-        let (key_file, key) = blocking(move || crate::secrets::unlock(&data_dir, key_env.as_deref())).await??;
+        let (key_file, key) = blocking(move || crate::store::unlock(&data_dir, key_env.as_deref())).await??;
         tracing::info!(key_file = %key_file.path.display(), "data key loaded");
         let key_path = key_file.path.clone();
         let data_dir = config.server.data_dir.clone();
@@ -177,8 +176,8 @@ impl Application {
                 tracing::info!("POLLSTER_ADMIN_PASSWORD is ignored: the admin account exists already");
             }
             Some(pw) => {
-                let s = store.clone();
-                blocking(move || crate::accounts::set_admin_password(&s, &pw, Timestamp::now())).await??;
+                let (s, now) = (store.clone(), ports.clock.now());
+                blocking(move || crate::accounts::set_admin_password(&s, &pw, now)).await??;
                 tracing::info!("admin account created from POLLSTER_ADMIN_PASSWORD");
             }
             None => {}
@@ -235,7 +234,7 @@ impl Application {
         }
         // Budget pools changed from the UI or API override the file's.
         let s = store.clone();
-        let saved_budgets = blocking(move || s.get_settings(web::ops::BUDGETS_KEY)).await??;
+        let saved_budgets = blocking(move || s.get_settings(crate::service::budgets::BUDGETS_KEY)).await??;
         if let Some(Value::Object(saved)) = saved_budgets {
             for (name, v) in saved {
                 let b = match serde_json::from_value::<crate::model::BudgetConfig>(v) {
@@ -271,7 +270,7 @@ impl Application {
         // The sink: saved from the UI (a document, or null for "off") in
         // place of the file's, then the environment over it.
         let s = store.clone();
-        let saved_sink = blocking(move || s.get_settings(web::ops::SINK_KEY)).await??;
+        let saved_sink = blocking(move || s.get_settings(crate::store::SINK_SETTINGS)).await??;
         let sink = match saved_sink {
             None => config.sink.clone(),
             Some(doc) => match serde_json::from_value::<Option<crate::config::SinkConfig>>(doc) {

@@ -284,10 +284,10 @@ fn config_plan(c: &Config) -> Result<(Catalog, MonitoringSettings), Failure> {
     Ok((cat, settings))
 }
 
-fn over_budget(message: String) -> Failure {
+fn over_budget(e: plan::OverBudget) -> Failure {
     Failure {
         code: EXIT_CONFIG,
-        message,
+        message: e.to_string(),
     }
 }
 

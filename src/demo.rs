@@ -10,7 +10,7 @@
 use crate::cli::{DemoArgs, EXIT_FAILURE, Failure};
 use crate::fleet::sim::SimApi;
 use crate::fleet::{Behaviour, BodyFormat, Fleet, Member};
-use crate::model::{BudgetConfig, GroupDef, InstanceConfig, Timestamp, TypeDef};
+use crate::model::{BudgetConfig, GroupDef, InstanceConfig, TypeDef};
 use std::future::Future;
 use std::time::Duration;
 
@@ -153,13 +153,12 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
         .collect();
 
     let app = crate::app::Application::build(config).await.map_err(failure)?;
-    let store = app.engine().store().clone();
-    let (token, _) = tokio::task::spawn_blocking(move || {
-        store.create_token("demo", crate::store::TokenScope::Admin, Timestamp::now())
-    })
-    .await
-    .map_err(failure)?
-    .map_err(failure)?;
+    let (store, now) = (app.engine().store().clone(), app.engine().now());
+    let (token, _) =
+        tokio::task::spawn_blocking(move || store.create_token("demo", crate::store::TokenScope::Admin, now))
+            .await
+            .map_err(failure)?
+            .map_err(failure)?;
     let api = app.api_addr();
     let metrics = app.metrics_addr();
     let setup_code = app.setup_code().map(str::to_string);

@@ -17,6 +17,7 @@ pub mod poll;
 pub mod presets;
 pub mod read_model;
 pub mod secrets;
+pub mod service;
 pub mod sink;
 pub mod store;
 pub mod tls;

@@ -60,7 +60,7 @@ fn config_failure(message: impl Into<String>) -> Failure {
 
 fn key_failure(e: KeyError) -> Failure {
     match e {
-        KeyError::Store(e) => e.into(),
+        KeyError::Store(e) => fail(e.to_string()),
         other => config_failure(other.to_string()),
     }
 }
@@ -89,7 +89,7 @@ fn locate(dir: &DataDirArgs) -> Result<(PathBuf, Option<PathBuf>), Failure> {
 /// The store opened with its key, as the server opens it.
 fn open_sealed(dir: &DataDirArgs) -> Result<(Store, KeyFile), Failure> {
     let (data_dir, env) = locate(dir)?;
-    let (file, key) = crate::secrets::unlock(&data_dir, env.as_deref()).map_err(key_failure)?;
+    let (file, key) = crate::store::unlock(&data_dir, env.as_deref()).map_err(key_failure)?;
     Ok((Store::open_with_key(&data_dir, key)?, file))
 }
 

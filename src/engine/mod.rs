@@ -224,6 +224,7 @@ impl Shared {
         let sink_config = Mutex::new(sink.clone());
         let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);
         sink.attach_outbox(store.clone());
+        sink.seed_ids(ports.event_id_rng());
         let tasks = match &ports.tasks {
             Some(tasks) => tasks.clone(),
             None => Arc::new(store.clone()),
@@ -383,7 +384,7 @@ impl Shared {
 
     /// The over-budget gate (§2) for a proposed catalog and settings,
     /// with the shapes learned so far.
-    pub fn check_gate(&self, cat: &Catalog, settings: &MonitoringSettings) -> Result<(), String> {
+    pub fn check_gate(&self, cat: &Catalog, settings: &MonitoringSettings) -> Result<(), plan::OverBudget> {
         self.budgets(|b, _| plan::gate(cat, &b.shapes, &settings.scheduler))
     }
 

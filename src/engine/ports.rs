@@ -175,6 +175,15 @@ impl Ports {
             None => rand::make_rng(),
         }
     }
+
+    /// The RNG event ids draw from: seeded apart from [`Ports::rng`], so
+    /// ids never shift the scheduler's draws.
+    pub(super) fn event_id_rng(&self) -> StdRng {
+        match self.seed {
+            Some(seed) => StdRng::seed_from_u64(seed ^ 0x6576_656e_7420_6964),
+            None => rand::make_rng(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 
 use super::DataKey;
-use crate::store::{self, StoreError};
 
 /// The key file's name in the data directory.
 pub const KEY_FILE: &str = "secret.key";
@@ -36,8 +35,9 @@ pub enum KeyError {
     EnvFileMissing { path: PathBuf },
     #[error("data key file {}: {reason}", path.display())]
     Unreadable { path: PathBuf, reason: String },
+    /// The database could not be read to count its sealed values.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// After an interrupted `rotate-key`, the new key waits beside the old one.
@@ -132,17 +132,32 @@ impl KeyFile {
     }
 }
 
+/// The sealed values of a database, against a key (what `census` in
+/// [`unlock`] answers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Sealed values in the database.
+    pub sealed: usize,
+    /// Of those, the ones the key did not open (all of them without a key).
+    pub unopened: usize,
+}
+
 /// The startup rule. Reads the key file and checks it against the sealed
-/// values in `data_dir`'s database without writing to it:
+/// values in `data_dir`'s database without writing to it (`census` counts
+/// them and tries the key, `crate::store::unlock` gives the store's):
 /// - a key that opens them all is the key;
 /// - with no key file and no sealed value, a new key is written (in the
 ///   data directory only);
 /// - otherwise [`KeyError::Missing`] or [`KeyError::Wrong`], naming the file
 ///   and the count.
-pub fn unlock(data_dir: &Path, env_path: Option<&Path>) -> Result<(KeyFile, DataKey), KeyError> {
+pub fn unlock<E: std::error::Error + Send + Sync + 'static>(
+    data_dir: &Path,
+    env_path: Option<&Path>,
+    census: impl FnOnce(Option<&DataKey>) -> Result<Census, E>,
+) -> Result<(KeyFile, DataKey), KeyError> {
     let file = KeyFile::locate(data_dir, env_path);
     let key = file.read()?;
-    let census = store::key_census(data_dir, key.as_ref())?;
+    let census = census(key.as_ref()).map_err(|e| KeyError::Store(Box::new(e)))?;
     let key = match key {
         Some(key) if census.unopened == 0 => key,
         Some(_) => {

@@ -19,7 +19,7 @@
 pub mod backup;
 mod key_file;
 
-pub use key_file::{KEY_FILE, KEY_FILE_ENV, KeyError, KeyFile, unlock, with_suffix};
+pub use key_file::{Census, KEY_FILE, KEY_FILE_ENV, KeyError, KeyFile, unlock, with_suffix};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;

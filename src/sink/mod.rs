@@ -130,6 +130,9 @@ struct Inner {
     driver: Mutex<Option<AbortHandle>>,
     /// The store holding the outbox, once attached.
     outbox: OnceLock<Store>,
+    /// Where event ids draw their random bits: seeded by the engine's RNG
+    /// ([`Sink::seed_ids`]), from the OS until then.
+    ids: Mutex<rand::rngs::StdRng>,
 }
 
 struct State {
@@ -181,6 +184,7 @@ impl Sink {
                 alive: watch::Sender::new(false),
                 driver: Mutex::new(None),
                 outbox: OnceLock::new(),
+                ids: Mutex::new(rand::make_rng()),
             }),
         }
     }
@@ -213,6 +217,17 @@ impl Sink {
         let _ = self.inner.outbox.set(store);
     }
 
+    /// Draw event ids from `rng` from now on (the engine's seeded RNG, so
+    /// a run with a fixed seed makes the same ids).
+    pub fn seed_ids(&self, rng: rand::rngs::StdRng) {
+        *lock(&self.inner.ids) = rng;
+    }
+
+    /// A new event id (a ULID) for an event at `time`.
+    pub fn new_event_id(&self, time: Timestamp) -> String {
+        event::new_event_id(time, &mut *lock(&self.inner.ids))
+    }
+
     /// A change event as an outbox row with a new `id`, to be written with
     /// the change it records (`Store::*_with_events`). Nothing is kept for
     /// a receiver that is not configured: while the sink is off, only an
@@ -227,10 +242,23 @@ impl Sink {
         if !deliver && audit.is_none() {
             return None;
         }
-        let mut row = event.to_outbox(&mut rand::rng());
+        let mut row = event.to_outbox(&mut *lock(&self.inner.ids));
         row.deliver = deliver;
         row.audit = audit;
         Some(row)
+    }
+
+    /// A change event as an outbox row for the audit trail, and for the
+    /// sink when `deliver` (a change of the sink's own settings is told to
+    /// the receiver of the new settings, not of the old).
+    pub fn stage_audited(&self, event: &Event, deliver: bool) -> OutboxEvent {
+        let mut row = event.to_outbox(&mut *lock(&self.inner.ids));
+        row.deliver = deliver;
+        row.audit = Some(crate::store::AuditStamp {
+            time: event.time,
+            source: crate::audit::current_source(),
+        });
+        row
     }
 
     /// Spawn the driver task (on the current tokio runtime). Only the first

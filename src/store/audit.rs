@@ -20,7 +20,7 @@
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 use std::time::Duration;
 
-use super::outbox::OutboxEvent;
+use super::change::{OutboxEvent, delivered};
 use super::stored::{StoredAudit, StoredAuditRef};
 use super::tables::{AUDIT, AUDIT_FAILED, META, Table};
 use super::{Ctx, Store, StoreError, codec};
@@ -250,8 +250,9 @@ impl Store {
                     .ctx("writing an audit entry")?;
             }
         }
+        append(&txn, events)?;
         super::outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing an audit entry")
+        self.commit_with_outbox(txn, delivered(events), "committing an audit entry")
     }
 }
 
@@ -306,7 +307,7 @@ mod tests {
         // Through the outbox's append, with the real limits: audited and
         // not delivered.
         let txn = store.write_txn().unwrap();
-        crate::store::outbox::append(&txn, &[audited(10, t0 + 91 * day + 1)]).unwrap();
+        crate::store::events::append(&txn, &[audited(10, t0 + 91 * day + 1)]).unwrap();
         txn.commit().unwrap();
         assert_eq!(store.audit_len().unwrap(), 2);
         assert_eq!(store.outbox_len().unwrap(), 0);

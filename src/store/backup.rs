@@ -25,10 +25,11 @@ use std::path::Path;
 
 use redb::{Builder, Database, ReadableDatabase, ReadableTable};
 
-use super::outbox::{self, OutboxEvent};
+use super::change::OutboxEvent;
+use super::events;
 use super::records::{SINK_SETTINGS, decode_instance_with, decode_sink, decode_task};
-use super::tables::{ALL, INSTANCES, SESSIONS, SETTINGS, TASKS};
-use super::{Ctx, FILE_NAME, Store, StoreError, begin_durable_write, create_database_with, io_error, schema};
+use super::tables::{INSTANCES, SESSIONS, SETTINGS, TASKS};
+use super::{Ctx, FILE_NAME, Store, StoreError, begin_durable_write, copy, create_database_with, io_error, schema};
 use crate::secrets::DataKey;
 
 /// What a restore put in place.
@@ -51,7 +52,7 @@ impl Store {
         let snapshot = self.read_txn()?;
         let _ = fs::remove_file(path);
         let copy = create_database_with(path, WORK_CACHE_BYTES, false)?;
-        copy_tables(&snapshot, &copy, Copy::Backup(self.data_key()))?;
+        copy_for_backup(&snapshot, &copy, self.data_key())?;
         copy.close().ctx("closing the backup")
     }
 
@@ -65,37 +66,18 @@ impl Store {
     }
 }
 
-/// What [`copy_tables`] copies.
-#[derive(Clone, Copy)]
-pub(super) enum Copy<'a> {
-    /// Everything as it is.
-    Whole,
-    /// No sessions; credentials opened with the key, in plaintext.
-    Backup(Option<&'a DataKey>),
-}
-
-/// Copies every table of `snapshot` into `dst` in one transaction. Only
-/// the live values are written: nothing a value once held survives in
-/// `dst`'s free pages.
-pub(super) fn copy_tables(snapshot: &redb::ReadTransaction, dst: &Database, how: Copy) -> Result<(), StoreError> {
-    let txn = begin_durable_write(dst)?;
-    for table in ALL {
-        let src = snapshot.open_table(table.def).ctx("opening a table to copy")?;
-        let mut to = txn.open_table(table.def).ctx("creating a table in the copy")?;
-        if table.name == SESSIONS.name && matches!(how, Copy::Backup(_)) {
-            continue;
+/// Copies every table of `snapshot` into `dst` as a backup holds it: no
+/// sessions; credentials opened with `key`, in plaintext.
+fn copy_for_backup(snapshot: &redb::ReadTransaction, dst: &Database, key: Option<&DataKey>) -> Result<(), StoreError> {
+    copy::copy_tables(snapshot, dst, |table, k, v| {
+        if table == SESSIONS.name {
+            return Ok(copy::Value::Skip);
         }
-        for entry in src.iter().ctx("reading a table to copy")? {
-            let (k, v) = entry.ctx("reading a table to copy")?;
-            let plain = match how {
-                Copy::Whole => None,
-                Copy::Backup(key) => super::sealing::backup_value(table.name, k.value(), v.value(), key)?,
-            };
-            to.insert(k.value(), plain.as_deref().unwrap_or(v.value()))
-                .ctx("writing the copy")?;
-        }
-    }
-    txn.commit().ctx("committing the copy")
+        Ok(match super::sealing::backup_value(table, k, v, key)? {
+            Some(plain) => copy::Value::Replace(plain),
+            None => copy::Value::Keep,
+        })
+    })
 }
 
 /// A backup checked as a whole and sealed under this machine's key, as a
@@ -191,10 +173,10 @@ pub fn check_backup(
         restored,
     };
     let fresh = create_database_with(&path, WORK_CACHE_BYTES, false)?;
-    copy_tables(&db.begin_read().ctx("reading the backup")?, &fresh, Copy::Whole)?;
+    copy::copy_whole(&db.begin_read().ctx("reading the backup")?, &fresh)?;
     if !events.is_empty() {
         let txn = begin_durable_write(&fresh)?;
-        outbox::append(&txn, events)?;
+        events::append(&txn, events)?;
         txn.commit().ctx("recording the restore")?;
     }
     fresh.close().ctx("closing the sealed backup")?;

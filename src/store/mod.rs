@@ -40,7 +40,10 @@
 mod aimd;
 mod audit;
 mod backup;
+mod change;
 mod codec;
+mod copy;
+mod events;
 mod history;
 mod latest;
 mod outbox;
@@ -78,12 +81,13 @@ use redb::{
 pub use aimd::LoadedAimd;
 pub use audit::AuditEntry;
 pub use backup::{CheckedBackup, Restored, check_backup, check_not_in_use, free_space, restore_work_file};
+pub use change::{AuditStamp, OutboxEvent};
 pub use history::Rollup;
 pub use latest::{LatestBatch, LoadedBodies, LoadedValues};
-pub use outbox::{AuditStamp, OutboxEvent, OutboxListener, OutboxRow};
-pub use records::LoadedTasks;
+pub use outbox::{OutboxListener, OutboxRow};
+pub use records::{LoadedTasks, SINK_SETTINGS};
 pub use schema::SCHEMA_VERSION;
-pub use sealing::{KeyCensus, key_census, scrub_file};
+pub use sealing::{KeyCensus, key_census, scrub_file, unlock};
 pub use sessions::{SessionRow, SessionWrite, session_key};
 pub use tokens::{TOKEN_PREFIX, TokenInfo, TokenScope};
 pub use users::UserRecord;

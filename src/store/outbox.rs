@@ -15,66 +15,15 @@
 //! a row unnoticed.
 
 use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+use super::change::OutboxEvent;
 use super::stored::{StoredOutboxEvent, StoredOutboxEventRef};
 use super::tables::{META, OUTBOX};
 use super::{Ctx, Store, StoreError, codec};
 
 /// `meta` key holding the next outbox sequence number.
 const NEXT_SEQ_KEY: &[u8] = b"outbox_next_seq";
-
-/// One change event waiting for delivery: its stable `id` and the NDJSON
-/// line (which carries the same `id`), exactly as it will be sent.
-///
-/// Staged with a change, it is also who did what: an operator action or a
-/// settings change carries an [`AuditStamp`] and is written to the `audit`
-/// table in the same transaction (one record, two readers: the sink and the
-/// audit trail). `deliver` is false when no sink is configured: then only
-/// the audit row is written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutboxEvent {
-    pub id: String,
-    /// One JSON object ending `\n`.
-    pub line: String,
-    /// Written to the outbox for the sink.
-    #[serde(skip, default = "yes")]
-    pub deliver: bool,
-    /// Written to the audit trail too.
-    #[serde(skip)]
-    pub audit: Option<AuditStamp>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// What the audit trail keeps of a change event besides its line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditStamp {
-    pub time: crate::model::Timestamp,
-    /// The client's address, when a request made the change.
-    pub source: Option<String>,
-}
-
-impl OutboxEvent {
-    /// A row for the sink alone (no audit entry).
-    pub fn new(id: impl Into<String>, line: impl Into<String>) -> Self {
-        OutboxEvent {
-            id: id.into(),
-            line: line.into(),
-            deliver: true,
-            audit: None,
-        }
-    }
-}
-
-/// The rows of `events` that go to the outbox (not those for the audit
-/// trail alone): what a commit tells the sink it added.
-pub(super) fn delivered(events: &[OutboxEvent]) -> usize {
-    events.iter().filter(|e| e.deliver).count()
-}
 
 /// Called with the number of rows a commit added.
 pub type OutboxListener = Arc<dyn Fn(u64) + Send + Sync>;
@@ -83,10 +32,10 @@ pub type OutboxListener = Arc<dyn Fn(u64) + Send + Sync>;
 /// (a corrupt row is reported with its sequence, so it can be deleted).
 pub type OutboxRow = (u64, Result<OutboxEvent, StoreError>);
 
-/// Appends `events` inside `txn`, in order: to the outbox those to
-/// deliver, to the audit trail those with an [`AuditStamp`].
+/// Appends the rows of `events` to deliver inside `txn`, in order (the
+/// audit trail's are written by `audit::append`; `events::append` writes
+/// both).
 pub(super) fn append(txn: &WriteTransaction, events: &[OutboxEvent]) -> Result<(), StoreError> {
-    super::audit::append(txn, events)?;
     if !events.iter().any(|e| e.deliver) {
         return Ok(());
     }
@@ -142,13 +91,6 @@ impl Store {
             }
         }
         Ok(())
-    }
-
-    /// Appends `events` on their own (for a change that has no other row).
-    pub fn append_outbox(&self, events: &[OutboxEvent]) -> Result<(), StoreError> {
-        let txn = self.write_txn()?;
-        append(&txn, events)?;
-        self.commit_with_outbox(txn, delivered(events), "committing outbox events")
     }
 
     /// Up to `limit` rows with a sequence above `after`, oldest first.

@@ -5,15 +5,18 @@
 
 use redb::ReadableTable;
 
-use super::outbox::{self, OutboxEvent};
+use super::change::{OutboxEvent, delivered};
+use super::events;
 use super::stored::{StoredInstance, StoredSettings, StoredSettingsRef, StoredSink, StoredTask, StoredTaskRef};
 use super::tables::{self, INSTANCES, SETTINGS, TASKS};
 use super::{Ctx, Store, StoreError, codec};
 use crate::model::{InstanceConfig, TaskKey, TaskRecord};
 use crate::secrets::DataKey;
 
-/// The `settings` key of the sink's document, whose secrets are sealed.
-pub(crate) const SINK_SETTINGS: &str = "sink";
+/// The `settings` key of the sink's document, whose secrets are sealed:
+/// the sink saved from the UI or API (a `[sink]` document, or null for
+/// "off": the file's sink no longer applies). The one name of that key.
+pub const SINK_SETTINGS: &str = "sink";
 
 /// Tasks read at startup, and the records that could not be read.
 pub type LoadedTasks = (Vec<(TaskKey, TaskRecord)>, Vec<StoreError>);
@@ -69,8 +72,8 @@ impl Store {
                 }
             }
         }
-        outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing tasks")
+        events::append(&txn, events)?;
+        self.commit_with_outbox(txn, delivered(events), "committing tasks")
     }
 
     /// Instances added from the UI or API, by name. A record that cannot be
@@ -112,8 +115,8 @@ impl Store {
                 .insert(inst.name.as_bytes(), v.as_slice())
                 .ctx("writing an instance")?;
         }
-        outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing an instance")
+        events::append(&txn, events)?;
+        self.commit_with_outbox(txn, delivered(events), "committing an instance")
     }
 
     /// Removes the instance and all its task rows in one transaction.
@@ -139,8 +142,8 @@ impl Store {
             }
             existed
         };
-        outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing an instance delete")?;
+        events::append(&txn, events)?;
+        self.commit_with_outbox(txn, delivered(events), "committing an instance delete")?;
         Ok(existed)
     }
 
@@ -182,8 +185,8 @@ impl Store {
             let mut table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
             table.insert(name.as_bytes(), v.as_slice()).ctx("writing settings")?;
         }
-        outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing settings")
+        events::append(&txn, events)?;
+        self.commit_with_outbox(txn, delivered(events), "committing settings")
     }
 }
 

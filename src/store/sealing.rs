@@ -53,6 +53,21 @@ pub fn key_census(data_dir: &Path, key: Option<&DataKey>) -> Result<KeyCensus, S
     })
 }
 
+/// The startup rule of [`crate::secrets::unlock`] against `data_dir`'s
+/// database: the key file, checked against the sealed values (without
+/// writing to the database), or made when there are none.
+pub fn unlock(
+    data_dir: &Path,
+    env_path: Option<&Path>,
+) -> Result<(crate::secrets::KeyFile, DataKey), crate::secrets::KeyError> {
+    crate::secrets::unlock(data_dir, env_path, |key| {
+        key_census(data_dir, key).map(|c| crate::secrets::Census {
+            sealed: c.sealed,
+            unopened: c.unopened,
+        })
+    })
+}
+
 /// Every sealed value in the database, with its associated data.
 fn sealed_values(db: &impl ReadableDatabase) -> Result<Vec<(String, String)>, StoreError> {
     let txn = db.begin_read().ctx("starting a read transaction")?;
@@ -167,7 +182,7 @@ pub(super) fn scrub(db: Database, path: &Path) -> Result<Database, StoreError> {
     let copied = db
         .begin_read()
         .ctx("reading the database to rewrite")
-        .and_then(|snapshot| super::backup::copy_tables(&snapshot, &fresh, super::backup::Copy::Whole));
+        .and_then(|snapshot| super::copy::copy_whole(&snapshot, &fresh));
     fresh.close().ctx("closing the rewritten database")?;
     if let Err(e) = copied {
         let _ = std::fs::remove_file(&fresh_path);
@@ -203,7 +218,7 @@ impl Store {
     pub fn reseal_with_events(&self, new: &DataKey, events: &[super::OutboxEvent]) -> Result<usize, StoreError> {
         let txn = self.write_txn()?;
         let n = rewrite(&txn, self.data_key(), new, Pass::Reseal)?;
-        super::outbox::append(&txn, events)?;
+        super::events::append(&txn, events)?;
         self.commit_with_outbox(txn, events.len(), "committing the re-sealed credentials")?;
         Ok(n)
     }

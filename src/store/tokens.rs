@@ -11,7 +11,8 @@ use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::outbox::{self, OutboxEvent};
+use super::change::{OutboxEvent, delivered};
+use super::events;
 use super::stored::StoredToken;
 use super::tables::TOKENS;
 use super::{Ctx, Store, StoreError, codec};
@@ -175,8 +176,8 @@ impl Store {
             });
         };
         let events = events(&created.1);
-        outbox::append(&txn, &events)?;
-        self.commit_with_outbox(txn, super::outbox::delivered(&events), "committing a token")?;
+        events::append(&txn, &events)?;
+        self.commit_with_outbox(txn, delivered(&events), "committing a token")?;
         Ok(created)
     }
 
@@ -229,8 +230,8 @@ impl Store {
             !keys.is_empty()
         };
         let events = if removed { events } else { &[] };
-        outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing a token revocation")?;
+        events::append(&txn, events)?;
+        self.commit_with_outbox(txn, delivered(events), "committing a token revocation")?;
         Ok(removed)
     }
 }

@@ -4,7 +4,8 @@
 use redb::ReadableTableMetadata;
 use serde::{Deserialize, Serialize};
 
-use super::outbox::{self, OutboxEvent};
+use super::change::{OutboxEvent, delivered};
+use super::events;
 use super::stored::StoredUser;
 use super::tables::USERS;
 use super::{Ctx, Store, StoreError, codec};
@@ -45,8 +46,8 @@ impl Store {
             let mut table = txn.open_table(USERS.def).ctx("opening table users")?;
             table.insert(user.name.as_bytes(), v.as_slice()).ctx("writing a user")?;
         }
-        outbox::append(&txn, events)?;
-        self.commit_with_outbox(txn, super::outbox::delivered(events), "committing a user")
+        events::append(&txn, events)?;
+        self.commit_with_outbox(txn, delivered(events), "committing a user")
     }
 
     pub fn user_count(&self) -> Result<u64, StoreError> {

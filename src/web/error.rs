@@ -2,6 +2,7 @@
 //! `{"error": {"code": ..., "message": ..., "field": ...}}` with the right status.
 
 use crate::model::FieldError;
+use crate::service::ServiceError;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -75,7 +76,7 @@ pub struct ErrorDetail {
     pub message: String,
     /// The field or query parameter the error is about, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::web::api::openapi::plain_string)]
+    #[schema(schema_with = crate::web::api::schema::plain_string)]
     pub field: Option<String>,
 }
 
@@ -116,17 +117,47 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<crate::engine::EngineError> for ApiError {
-    fn from(e: crate::engine::EngineError) -> Self {
-        use crate::core::scheduler::OpError;
+/// The one place a service's refusal becomes an HTTP answer. A refusal
+/// with several invalid fields answers with the first; [`ApiError::all`]
+/// keeps them all (the pages show every one).
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
         match e {
-            crate::engine::EngineError::Op(OpError::NotFound(k)) => ApiError::not_found(format!("no task {k}")),
-            crate::engine::EngineError::Op(e @ OpError::NotDeadLettered(_)) => {
-                ApiError::conflict("not_dead_lettered", e.to_string())
-            }
-            crate::engine::EngineError::Op(e @ OpError::InFlight(_)) => ApiError::conflict("in_flight", e.to_string()),
-            other => ApiError::internal(other),
+            ServiceError::Invalid(mut errs) if !errs.is_empty() => ApiError::invalid(errs.remove(0)),
+            other => ApiError::all(other).remove(0),
         }
+    }
+}
+
+impl ApiError {
+    /// Every error a service's refusal names, as HTTP errors (one, but for
+    /// several invalid fields).
+    pub fn all(e: ServiceError) -> Vec<ApiError> {
+        let one = match e {
+            ServiceError::Invalid(errs) if !errs.is_empty() => {
+                return errs.into_iter().map(ApiError::invalid).collect();
+            }
+            ServiceError::Invalid(_) => ApiError::internal("a refusal that names no field"),
+            e @ ServiceError::NotFound(_) => ApiError::not_found(e.to_string()),
+            ServiceError::Unreadable { field, message } => ApiError {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                code: "invalid",
+                message,
+                field: Some(field),
+            },
+            e @ ServiceError::BadJson(_) => ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string()),
+            ServiceError::Conflict { kind, message, field } => ApiError {
+                field,
+                ..ApiError::conflict(kind.code(), message)
+            },
+            // The over-budget gate (§2) refuses a change that would push a
+            // pool with no profile over its budget target: 409 with the
+            // startup gate's message.
+            ServiceError::OverBudget(e) => ApiError::conflict("over_budget", e.to_string()),
+            ServiceError::Store(e) => ApiError::internal(e),
+            ServiceError::Internal(e) => ApiError::internal(e),
+        };
+        vec![one]
     }
 }
 
@@ -164,54 +195,11 @@ where
 /// Read a struct from a document that must be one JSON object: serde would
 /// also read an array as the struct's fields in order, which no client means.
 pub fn from_json_object<T: serde::de::DeserializeOwned>(doc: &serde_json::Value) -> Result<T, ApiError> {
-    if !doc.is_object() {
-        return Err(ApiError::invalid(FieldError::new("", doc, "expected a JSON object")));
-    }
-    parse_json(&serde_json::to_vec(doc).unwrap_or_default())
+    crate::service::error::decode_object(doc).map_err(ApiError::from)
 }
 
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
-            return ApiError::new(StatusCode::BAD_REQUEST, "bad_json", format!("invalid JSON: {inner}"));
-        }
-        let mut field = if path == "." { String::new() } else { path };
-        // serde quotes the value it refused: never a secret's, never a
-        // URL's userinfo (the same masking as `FieldError::new`).
-        let msg = if crate::model::is_secret_field(&field) {
-            "invalid value (not shown: the field is a secret)".to_string()
-        } else {
-            crate::model::mask_userinfo(&strip_position(&inner.to_string()))
-        };
-        // serde reports a missing field at the object that lacks it; name
-        // the field itself.
-        if let Some(missing) = msg.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
-            field = if field.is_empty() {
-                missing.to_string()
-            } else {
-                format!("{field}.{missing}")
-            };
-            return ApiError {
-                status: StatusCode::UNPROCESSABLE_ENTITY,
-                code: "invalid",
-                message: format!("{field}: is required"),
-                field: Some(field),
-            };
-        }
-        ApiError {
-            status: StatusCode::UNPROCESSABLE_ENTITY,
-            code: "invalid",
-            message: if field.is_empty() {
-                msg
-            } else {
-                format!("{field}: {msg}")
-            },
-            field: Some(field),
-        }
-    })
+    crate::service::error::decode(bytes).map_err(ApiError::from)
 }
 
 /// Query-string extractor whose errors come back as our error shape (axum's
@@ -259,13 +247,6 @@ pub fn parse_query<T: serde::de::DeserializeOwned>(query: &str) -> Result<T, Api
             field: Some(path),
         }
     })
-}
-
-fn strip_position(s: &str) -> String {
-    match s.rfind(" at line ") {
-        Some(i) => s[..i].to_string(),
-        None => s.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 //! below it write to the store.
 
 use crate::model::Timestamp;
-use crate::sink::event::{Event, FailureCount, new_event_id};
+use crate::sink::event::{Event, FailureCount};
 use crate::store::OutboxEvent;
 use crate::web::AppState;
 use std::collections::HashMap;
@@ -132,7 +132,16 @@ pub enum Step {
 impl FailureLog {
     /// Count one failure of `kind` from `ip` (`actor` and `target` as the
     /// event names them) at `now`.
-    pub fn record(&mut self, kind: Kind, ip: IpAddr, actor: &str, target: &str, now: Timestamp) -> Step {
+    /// `new_id` makes the id of a new window's event.
+    pub fn record(
+        &mut self,
+        kind: Kind,
+        ip: IpAddr,
+        actor: &str,
+        target: &str,
+        now: Timestamp,
+        new_id: impl FnOnce() -> String,
+    ) -> Step {
         let own = (kind, From::Client(crate::web::throttle::client_key(ip)));
         let key = if self.open.contains_key(&own) || self.open.len() < MAX_OPEN {
             own
@@ -148,7 +157,7 @@ impl FailureLog {
             return Step::Counted;
         }
         let w = Window {
-            id: new_event_id(now, &mut rand::rng()),
+            id: new_id(),
             kind,
             from: key.1,
             stored: Stored::Pending,
@@ -197,7 +206,11 @@ impl FailureLog {
 /// thread); a count in an open one is written by [`flush_loop`]. Best
 /// effort: a store error is logged.
 pub async fn record(app: &AppState, kind: Kind, ip: IpAddr, actor: &str, target: &str) {
-    let step = app.web.failures().record(kind, ip, actor, target, Timestamp::now());
+    let now = app.engine.now();
+    let step = app
+        .web
+        .failures()
+        .record(kind, ip, actor, target, now, || app.engine.sink().new_event_id(now));
     let Step::New(w) = step else { return };
     let (line, source) = (w.event().to_line(), w.source());
     let first = w.first;
@@ -217,7 +230,7 @@ pub async fn record(app: &AppState, kind: Kind, ip: IpAddr, actor: &str, target:
 /// Write what [`FailureLog::due`] gives: counts over their entries, and
 /// each closed window's event to the sink (when one is configured).
 pub async fn flush(app: &AppState, all: bool) {
-    let due = app.web.failures().due(Timestamp::now(), all);
+    let due = app.web.failures().due(app.engine.now(), all);
     if due.is_empty() {
         return;
     }
@@ -257,6 +270,12 @@ pub async fn flush_loop(app: AppState) {
 mod tests {
     use super::*;
 
+    /// A new event id, unique in the test run.
+    fn fresh() -> String {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        format!("id-{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("ip")
     }
@@ -265,7 +284,7 @@ mod tests {
     fn failures_from_one_address_in_a_window_are_one_entry_with_a_count() {
         let mut log = FailureLog::default();
         let t0 = Timestamp(1_000_000);
-        let Step::New(w) = log.record(Kind::Login, ip("10.0.0.1"), "user:admin", "admin", t0) else {
+        let Step::New(w) = log.record(Kind::Login, ip("10.0.0.1"), "user:admin", "admin", t0, fresh) else {
             panic!("the first failure opens a window");
         };
         assert_eq!(w.count, 1);
@@ -273,22 +292,22 @@ mod tests {
         for n in 1..100 {
             let at = t0.plus(Duration::from_millis(n));
             assert_eq!(
-                log.record(Kind::Login, ip("10.0.0.1"), "user:x", "x", at),
+                log.record(Kind::Login, ip("10.0.0.1"), "user:x", "x", at, fresh),
                 Step::Counted
             );
         }
         // Another kind, and another address, are windows of their own; an
         // IPv6 client is its /64.
         assert!(matches!(
-            log.record(Kind::Token, ip("10.0.0.1"), "anonymous", "pst_", t0),
+            log.record(Kind::Token, ip("10.0.0.1"), "anonymous", "pst_", t0, fresh),
             Step::New(_)
         ));
         assert!(matches!(
-            log.record(Kind::Login, ip("2001:db8::1"), "user:admin", "admin", t0),
+            log.record(Kind::Login, ip("2001:db8::1"), "user:admin", "admin", t0, fresh),
             Step::New(_)
         ));
         assert_eq!(
-            log.record(Kind::Login, ip("2001:db8::ffff:2"), "user:admin", "admin", t0),
+            log.record(Kind::Login, ip("2001:db8::ffff:2"), "user:admin", "admin", t0, fresh),
             Step::Counted
         );
         // Written as counted, in place; closed when the window is over.
@@ -309,7 +328,14 @@ mod tests {
         assert!(closed.iter().any(|(w, c)| *c && w.id == login.0.id && w.count == 100));
         // The next failure opens a new window.
         assert!(matches!(
-            log.record(Kind::Login, ip("10.0.0.1"), "user:admin", "admin", t0.plus(WINDOW)),
+            log.record(
+                Kind::Login,
+                ip("10.0.0.1"),
+                "user:admin",
+                "admin",
+                t0.plus(WINDOW),
+                fresh
+            ),
             Step::New(_)
         ));
     }
@@ -321,7 +347,7 @@ mod tests {
         let mut new = 0;
         for n in 0..(MAX_OPEN as u32 + 5000) {
             let from = IpAddr::V4(std::net::Ipv4Addr::from(0x7f00_0000 + n));
-            if let Step::New(w) = log.record(Kind::Login, from, "user:admin", "admin", t0) {
+            if let Step::New(w) = log.record(Kind::Login, from, "user:admin", "admin", t0, fresh) {
                 new += 1;
                 log.stored(&w.id, Stored::At(u64::from(n)));
             }

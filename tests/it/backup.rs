@@ -308,7 +308,7 @@ fn hostile_backup(log_n: u8) -> Vec<u8> {
 /// The audit entries of `data_dir`'s database, oldest first, as (action,
 /// actor, target, source).
 fn audit_of(data_dir: &Path) -> Vec<(String, String, String, Option<String>)> {
-    let (_, key) = pollster::secrets::unlock(data_dir, None).expect("the key opens the database");
+    let (_, key) = pollster::store::unlock(data_dir, None).expect("the key opens the database");
     let store = pollster::store::Store::open_with_key(data_dir, key).expect("store");
     let mut rows: Vec<_> = store
         .audit_page(None, 1000)
@@ -395,7 +395,7 @@ fn a_large_backup_restores_in_flat_memory_and_every_cli_action_is_audited() {
     let (code, text) = run(&["admin", "rotate-key", "--data-dir", d]);
     assert_eq!(code, 0, "{text}");
     {
-        let (_, key) = pollster::secrets::unlock(&data, None).expect("key");
+        let (_, key) = pollster::store::unlock(&data, None).expect("key");
         let store = pollster::store::Store::open_with_key(&data, key).expect("store");
         let blob = "x".repeat((4 << 20) - (64 << 10));
         for i in 0..DOCS {

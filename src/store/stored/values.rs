@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::super::change::OutboxEvent;
 use super::super::codec::{Encodes, FORMAT_JSON_V1, Versioned};
 use super::super::history::Rollup;
-use super::super::outbox::OutboxEvent;
 use super::super::sessions::SessionRow;
 use super::super::tokens::{TokenInfo, TokenScope};
 use super::super::users::UserRecord;

@@ -10,7 +10,7 @@
 //! answer), not twice. Every backup is an audit row (`backup.create`, the
 //! principal and the client's address) and a log line.
 
-use crate::model::{FieldError, HIDDEN, Timestamp};
+use crate::model::{FieldError, HIDDEN};
 use crate::secrets::backup::{self, MIN_PASSPHRASE_CHARS};
 use crate::sink::event::Event;
 use crate::web::AppState;
@@ -68,7 +68,7 @@ pub async fn backup(
     // One backup at a time: each holds the encrypted database in memory,
     // a work file as large as the database and scrypt's working memory.
     let _turn = BACKUP_TURN.acquire().await.map_err(ApiError::internal)?;
-    let stamp = Timestamp::now();
+    let stamp = app.engine.now();
     let name = format!(
         "pollster-{}.redb.age",
         stamp.to_rfc3339().replace([':', '-'], "").trim_end_matches('Z')
@@ -89,7 +89,7 @@ pub async fn backup(
         .await?;
     // Handed out only once it is in the audit trail.
     let actor = who.actor();
-    let event = Event::operator(Timestamp::now(), &actor, "backup.create", &name);
+    let event = Event::operator(app.engine.now(), &actor, "backup.create", &name);
     if let Some(row) = app.engine.sink().stage(&event) {
         app.with_store(move |s| s.append_outbox(&[row])).await?;
     }

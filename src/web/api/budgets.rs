@@ -3,11 +3,11 @@
 //! with 409 when it would push a pool with no profile over its target,
 //! stored, and applied at once.
 
-use super::openapi;
+use super::schema;
+use crate::web::AppState;
 use crate::web::auth::Principal;
 use crate::web::error::{ApiError, JsonBody};
 use crate::web::error::{ErrorBody, FieldErrorBody};
-use crate::web::{AppState, ops};
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
@@ -55,7 +55,7 @@ pub struct BudgetList {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct PoolPath {
-    #[param(schema_with = openapi::name)]
+    #[param(schema_with = schema::name)]
     pub name: String,
 }
 
@@ -100,6 +100,6 @@ pub async fn put(
             crate::model::NAME_RULE,
         )));
     }
-    let b = ops::save_budget(&app, &name, patch, &who.actor()).await?;
+    let b = crate::service::budgets::save(&app.engine, &name, patch, &who.actor()).await?;
     Ok(Json(Budget::of(&app, &b)))
 }

@@ -2,8 +2,8 @@
 //! a discarded task again. Every action is committed before it is answered.
 
 use super::health::{DeadLetterTask, dead_letter_task};
-use crate::core::scheduler::OperatorOp;
 use crate::model::TaskKey;
+use crate::service::dead_letters;
 use crate::web::AppState;
 use crate::web::auth::Principal;
 use crate::web::error::{ApiError, ErrorBody, FieldErrorBody, QueryParams};
@@ -138,11 +138,7 @@ pub async fn retry(
     Path(TaskPath { instance, group }): Path<TaskPath>,
 ) -> Result<(StatusCode, Json<TaskState>), ApiError> {
     let key = TaskKey::new(&instance, &group);
-    let rec = app
-        .engine
-        .operator_action(&key, &who.actor(), OperatorOp::Retry)
-        .await?;
-    tracing::info!(task = %key, actor = %who.actor(), "operator retried dead-letter task");
+    let rec = dead_letters::retry(&app.engine, &key, &who.actor()).await?;
     Ok((StatusCode::ACCEPTED, Json(task_state(&key, &rec))))
 }
 
@@ -167,11 +163,7 @@ pub async fn discard(
     Path(TaskPath { instance, group }): Path<TaskPath>,
 ) -> Result<Json<TaskState>, ApiError> {
     let key = TaskKey::new(&instance, &group);
-    let rec = app
-        .engine
-        .operator_action(&key, &who.actor(), OperatorOp::Discard)
-        .await?;
-    tracing::info!(task = %key, actor = %who.actor(), "operator discarded dead-letter task; task disabled");
+    let rec = dead_letters::discard(&app.engine, &key, &who.actor()).await?;
     Ok(Json(task_state(&key, &rec)))
 }
 
@@ -193,10 +185,6 @@ pub async fn enable(
     Path(TaskPath { instance, group }): Path<TaskPath>,
 ) -> Result<Json<TaskState>, ApiError> {
     let key = TaskKey::new(&instance, &group);
-    let rec = app
-        .engine
-        .operator_action(&key, &who.actor(), OperatorOp::Enable)
-        .await?;
-    tracing::info!(task = %key, actor = %who.actor(), "operator enabled task");
+    let rec = dead_letters::enable(&app.engine, &key, &who.actor()).await?;
     Ok(Json(task_state(&key, &rec)))
 }

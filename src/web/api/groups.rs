@@ -3,7 +3,7 @@
 //! budget, any `Retry-After` pause and when each group last ran. `/status`
 //! shows the same data, and `/status?format=json` returns it.
 
-use super::openapi;
+use super::schema;
 use crate::engine::EngineHandle;
 use crate::model::Timestamp;
 use crate::web::AppState;
@@ -37,9 +37,9 @@ pub struct PlanDoc {
 pub struct PoolSchema {
     /// Pool name; "unbudgeted" for instances with no pool.
     name: String,
-    #[schema(required = false, schema_with = openapi::scheduler_mode)]
+    #[schema(required = false, schema_with = schema::scheduler_mode)]
     mode: String,
-    #[schema(required = false, schema_with = openapi::profile_or_null)]
+    #[schema(required = false, schema_with = schema::profile_or_null)]
     profile: Option<String>,
     #[schema(required = true)]
     budget_rps: Option<f64>,
@@ -196,7 +196,7 @@ mod tests {
             paused_until: Some("2026-01-01T00:00:00Z".into()),
             groups: vec![group],
         };
-        let doc = openapi::document(&["pve"]);
+        let doc = super::super::openapi::document(&["pve"]);
         let schema = &doc["components"]["schemas"]["Pool"];
         let sent = serde_json::to_value(&pool).expect("pool");
         for (schema, sent) in [
@@ -211,6 +211,6 @@ mod tests {
                 assert!(sent.get(key.as_str().unwrap_or_default()).is_some(), "{key} is sent");
             }
         }
-        assert!(openapi::ApiDoc::openapi().components.is_some());
+        assert!(super::super::openapi::ApiDoc::openapi().components.is_some());
     }
 }

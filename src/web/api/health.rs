@@ -5,7 +5,7 @@
 //! [`Snapshot`](crate::engine::snapshot::Snapshot) in JSON, the same one the
 //! dashboard and `/metrics` show.
 
-use super::openapi;
+use super::schema;
 use crate::engine::snapshot::{DeadLetterEntry, Detail};
 use crate::model::{DeadLetterReason, ErrorCategory, ErrorKind, Timestamp};
 use crate::web::AppState;
@@ -71,15 +71,15 @@ pub struct DeadLetterTask {
     #[schema(required = true)]
     pub last_error: Option<String>,
     pub failures: u32,
-    #[schema(schema_with = openapi::dead_letter_reason)]
+    #[schema(schema_with = schema::dead_letter_reason)]
     pub reason: DeadLetterReason,
     #[schema(format = DateTime)]
     pub since: Option<String>,
     /// The HTTP status of the last error, if it had one.
     pub status: Option<u16>,
-    #[schema(schema_with = openapi::error_category_or_null)]
+    #[schema(schema_with = schema::error_category_or_null)]
     pub category: Option<ErrorCategory>,
-    #[schema(schema_with = openapi::error_kind_or_null)]
+    #[schema(schema_with = schema::error_kind_or_null)]
     pub kind: Option<ErrorKind>,
 }
 
@@ -148,7 +148,7 @@ pub struct Breaker<'a> {
     pub type_name: &'a str,
     #[schema(required = false)]
     pub group: &'a str,
-    #[schema(schema_with = openapi::breaker_state)]
+    #[schema(schema_with = schema::breaker_state)]
     pub state: &'static str,
     pub failures: u32,
     #[schema(required = true, format = DateTime)]
@@ -186,7 +186,7 @@ pub struct FailedItemView<'a> {
     pub item: &'a str,
     pub message: &'a str,
     pub status: Option<u16>,
-    #[schema(schema_with = openapi::error_category)]
+    #[schema(schema_with = schema::error_category)]
     pub category: ErrorCategory,
 }
 

@@ -2,12 +2,12 @@
 //! API shows the auth kind and non-secret parts, never a secret. Instances
 //! from the config file are provisioned and read-only here.
 
-use super::openapi;
+use super::schema;
 use crate::model::{Auth, FieldError, InstanceConfig};
+use crate::service::{self, ServiceError};
 use crate::web::AppState;
 use crate::web::auth::Principal;
 use crate::web::error::{ApiError, ErrorBody, FieldErrorBody, JsonBody, QueryParams, from_json_object};
-use crate::web::ops::{self, TestResult};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
@@ -20,17 +20,17 @@ use utoipa::{IntoParams, ToSchema};
 /// credentials' secrets left out and any password in the URL hidden.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Instance {
-    #[schema(schema_with = openapi::name)]
+    #[schema(schema_with = schema::name)]
     pub name: String,
     /// A built-in, preset or configured type.
     #[serde(rename = "type")]
     pub type_name: String,
-    #[schema(schema_with = openapi::instance_url)]
+    #[schema(schema_with = schema::instance_url)]
     pub url: String,
-    #[schema(required = false, schema_with = openapi::positive_duration)]
+    #[schema(required = false, schema_with = schema::positive_duration)]
     pub timeout: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = openapi::plain_string)]
+    #[schema(schema_with = schema::plain_string)]
     pub budget: Option<String>,
     #[schema(required = false)]
     pub labels: BTreeMap<String, String>,
@@ -41,7 +41,7 @@ pub struct Instance {
     #[schema(required = false)]
     pub tls_verify: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = openapi::plain_string)]
+    #[schema(schema_with = schema::plain_string)]
     pub tls_fingerprint: Option<String>,
     #[schema(required = false, minimum = 1, maximum = 1073741824)]
     pub max_response_bytes: u64,
@@ -81,7 +81,7 @@ impl Instance {
         Instance {
             name: i.name.to_string(),
             type_name: i.type_name.clone(),
-            url: crate::web::redact::mask_url(&i.url),
+            url: crate::service::redact::mask_url(&i.url),
             timeout: crate::model::duration_str::format(i.timeout),
             budget: i.budget.clone(),
             labels: i.labels.clone(),
@@ -101,6 +101,86 @@ impl Instance {
 pub struct InstanceList {
     pub count: usize,
     pub instances: Vec<Instance>,
+}
+
+/// The classified result of one test poll.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TestResult {
+    pub group: String,
+    pub ok: bool,
+    /// The HTTP status, if a response came.
+    #[schema(required = true)]
+    pub status: Option<u16>,
+    #[serde(rename = "durationMs")]
+    pub duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = schema::count)]
+    pub bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(inline)]
+    pub error: Option<TestError>,
+    /// What the group's value rules extract from this answer (present for
+    /// a group with rules whose poll succeeded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<Vec<super::data::ValueView>>,
+    /// Samples the rules skipped, by metric and reason.
+    #[serde(rename = "valueErrors", skip_serializing_if = "Vec::is_empty")]
+    #[schema(inline)]
+    pub value_errors: Vec<ValueError>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ValueError {
+    pub metric: String,
+    /// missing, not_number, unmapped, limit or duplicate.
+    pub reason: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TestError {
+    #[schema(schema_with = schema::error_category)]
+    pub category: crate::model::ErrorCategory,
+    #[schema(schema_with = schema::error_kind)]
+    pub kind: crate::model::ErrorKind,
+    pub message: String,
+}
+
+impl TestResult {
+    pub fn of(t: &service::instances::GroupTest) -> Self {
+        TestResult {
+            group: t.group.clone(),
+            ok: t.ok,
+            status: t.status,
+            duration_ms: t.duration_ms,
+            bytes: t.bytes,
+            error: t.error.as_ref().map(|e| TestError {
+                category: e.category,
+                kind: e.kind,
+                message: e.message.clone(),
+            }),
+            values: t
+                .values
+                .as_ref()
+                .map(|v| v.iter().map(super::data::ValueView::of).collect()),
+            value_errors: t
+                .value_errors
+                .iter()
+                .map(|e| ValueError {
+                    metric: e.metric.clone(),
+                    reason: e.reason.clone(),
+                    count: e.count,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Run every group of the instance once, now, outside the schedule: the
+/// results as the API and the instance page show them.
+pub async fn test_results(app: &AppState, name: &str) -> Result<Vec<TestResult>, ServiceError> {
+    let results = service::instances::test(&app.engine, name).await?;
+    Ok(results.iter().map(TestResult::of).collect())
 }
 
 /// The results of `POST /api/instances/{name}/test`.
@@ -151,7 +231,8 @@ pub async fn list(State(app): State<AppState>, QueryParams(q): QueryParams<ListQ
         .filter(|e| q.type_name.as_ref().is_none_or(|t| &e.config.type_name == t))
         .filter(|e| {
             q.q.as_ref().is_none_or(|s| {
-                e.config.name.contains(s.as_str()) || crate::web::redact::mask_url(&e.config.url).contains(s.as_str())
+                e.config.name.contains(s.as_str())
+                    || crate::service::redact::mask_url(&e.config.url).contains(s.as_str())
             })
         })
         .map(|e| Instance::of(&e.config, e.provisioned))
@@ -209,7 +290,7 @@ pub async fn create(
     JsonBody(doc): JsonBody<Value>,
 ) -> Result<(StatusCode, Json<Instance>), ApiError> {
     let i: InstanceConfig = from_json_object(&doc)?;
-    ops::create_instance(&app, i.clone(), &who.actor()).await?;
+    service::instances::create(&app.engine, i.clone(), &who.actor()).await?;
     Ok((StatusCode::CREATED, Json(Instance::of(&i, false))))
 }
 
@@ -235,7 +316,7 @@ pub async fn update(
     JsonBody(mut doc): JsonBody<Value>,
 ) -> Result<Json<Instance>, ApiError> {
     if !app.engine.catalog().instances.contains_key(&name) {
-        return Err(ApiError::not_found(format!("no instance named {name:?}")));
+        return Err(ServiceError::NotFound(service::Missing::Instance(name)).into());
     }
     let Some(obj) = doc.as_object_mut() else {
         return Err(ApiError::invalid(FieldError::new("", "", "expected a JSON object")));
@@ -246,7 +327,7 @@ pub async fn update(
     // Credentials are write-only: a PUT without `auth` keeps the stored ones.
     let keep_auth = !obj.contains_key("auth");
     let i: InstanceConfig = from_json_object(&doc)?;
-    let i = ops::update_instance(&app, &name, i, keep_auth, &who.actor()).await?;
+    let i = service::instances::update(&app.engine, &name, i, keep_auth, &who.actor()).await?;
     Ok(Json(Instance::of(&i, false)))
 }
 
@@ -267,7 +348,7 @@ pub async fn delete(
     Extension(who): Extension<Principal>,
     Path(NamePath { name }): Path<NamePath>,
 ) -> Result<StatusCode, ApiError> {
-    ops::delete_instance(&app, &name, &who.actor()).await?;
+    service::instances::delete(&app.engine, &name, &who.actor()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -288,7 +369,7 @@ pub async fn test(
     State(app): State<AppState>,
     Path(NamePath { name }): Path<NamePath>,
 ) -> Result<Json<InstanceTest>, ApiError> {
-    let results = ops::test_instance(&app, &name).await?;
+    let results = test_results(&app, &name).await?;
     Ok(Json(InstanceTest {
         instance: name,
         results,
@@ -338,7 +419,7 @@ mod tests {
             i.auth = auth;
             let mut expected = serde_json::to_value(&i).expect("config");
             expected["auth"] = shown;
-            expected["url"] = json!(crate::web::redact::mask_url(&i.url));
+            expected["url"] = json!(crate::service::redact::mask_url(&i.url));
             expected["provisioned"] = json!(true);
             assert_eq!(serde_json::to_value(Instance::of(&i, true)).ok(), Some(expected));
         }

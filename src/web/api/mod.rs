@@ -9,5 +9,6 @@ pub mod groups;
 pub mod health;
 pub mod instances;
 pub mod openapi;
+pub mod schema;
 pub mod settings;
 pub mod sink;

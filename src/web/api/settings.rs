@@ -4,17 +4,15 @@
 //! any of it, persists, and applies at once.
 
 use crate::model::MonitoringSettings;
+use crate::service;
 use crate::web::AppState;
 use crate::web::auth::Principal;
 use crate::web::error::{ApiError, ErrorBody, FieldErrorBody, JsonBody};
-use crate::web::ops;
 use axum::extract::State;
 use axum::{Extension, Json};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-
-pub use crate::web::ops::SETTINGS_KEY;
 
 /// The monitoring settings in force, and the fields an environment
 /// variable locks (field to variable name).
@@ -61,9 +59,7 @@ pub async fn put(
     Extension(who): Extension<Principal>,
     JsonBody(patch): JsonBody<Value>,
 ) -> Result<Json<SettingsDocument>, ApiError> {
-    if let Err(mut errs) = ops::save_settings(&app, patch, &who.actor()).await {
-        // The API reports the first violation; the page shows them all.
-        return Err(errs.remove(0));
-    }
+    // The API reports the first violation; the page shows them all.
+    service::settings::save(&app.engine, patch, &who.actor()).await?;
     Ok(Json(settings_document(&app)))
 }

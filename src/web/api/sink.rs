@@ -2,12 +2,12 @@
 //! event sink's settings (header values write-only), the fields an
 //! environment variable sets, and its live state; a change applies at once.
 
-use crate::sink::SendError;
+use super::schema;
+use crate::service::{self, Conflict, ServiceError};
 use crate::sink::SinkStatus;
 use crate::web::AppState;
 use crate::web::auth::Principal;
 use crate::web::error::{ApiError, ErrorBody, FieldErrorBody, JsonBody};
-use crate::web::ops::{self, SinkShown};
 use axum::extract::State;
 use axum::{Extension, Json};
 use serde::Serialize;
@@ -64,6 +64,39 @@ pub struct SinkStatusSchema {
     batches: (),
 }
 
+/// A sink's settings as the API and pages show them: the `[sink]` fields,
+/// with header values and any password in the URL hidden (the document of
+/// [`service::sink::SinkShown`], which the settings event carries too).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SinkShown {
+    pub url: String,
+    /// Header names; every value shows as `(hidden)`.
+    #[schema(schema_with = schema::hidden_values)]
+    pub headers: BTreeMap<String, &'static str>,
+    pub batch_size: usize,
+    #[schema(schema_with = schema::positive_duration)]
+    pub buffering: String,
+    #[schema(schema_with = schema::duration_or_zero)]
+    pub retry_limit: String,
+    pub queue_limit: usize,
+    pub gzip: bool,
+}
+
+impl SinkShown {
+    pub fn of(c: &crate::config::SinkConfig) -> Self {
+        let s = service::sink::SinkShown::of(c);
+        SinkShown {
+            url: s.url,
+            headers: s.headers,
+            batch_size: s.batch_size,
+            buffering: s.buffering,
+            retry_limit: s.retry_limit,
+            queue_limit: s.queue_limit,
+            gzip: s.gzip,
+        }
+    }
+}
+
 pub fn sink_document(app: &AppState) -> SinkDocument {
     SinkDocument {
         sink: app.engine.sink_config().as_ref().map(SinkShown::of),
@@ -78,7 +111,7 @@ pub fn sink_document(app: &AppState) -> SinkDocument {
 pub struct SinkTestResult {
     pub ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = super::openapi::plain_string)]
+    #[schema(schema_with = schema::plain_string)]
     pub error: Option<String>,
 }
 
@@ -111,7 +144,7 @@ pub async fn put(
     Extension(who): Extension<Principal>,
     JsonBody(patch): JsonBody<Value>,
 ) -> Result<Json<SinkDocument>, ApiError> {
-    ops::save_sink(&app, patch, &who.actor()).await?;
+    service::sink::save(&app.engine, patch, &who.actor()).await?;
     Ok(Json(sink_document(&app)))
 }
 
@@ -132,16 +165,21 @@ pub async fn test(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
 ) -> Result<Json<SinkTestResult>, ApiError> {
-    match app.engine.sink().send_test(&who.actor()).await {
-        Ok(()) => Ok(Json(SinkTestResult { ok: true, error: None })),
-        Err(e @ SendError::Disabled) => Err(ApiError::conflict(
-            "sink_disabled",
-            format!("{e}: configure one with PUT /api/settings/sink first"),
-        )),
-        Err(e) => Ok(Json(SinkTestResult {
+    match service::sink::send_test(&app.engine, &who.actor()).await {
+        Ok(Ok(())) => Ok(Json(SinkTestResult { ok: true, error: None })),
+        Ok(Err(error)) => Ok(Json(SinkTestResult {
             ok: false,
-            error: Some(e.to_string()),
+            error: Some(error),
         })),
+        Err(ServiceError::Conflict {
+            kind: Conflict::SinkDisabled,
+            message,
+            ..
+        }) => Err(ApiError::conflict(
+            "sink_disabled",
+            format!("{message}: configure one with PUT /api/settings/sink first"),
+        )),
+        Err(e) => Err(e.into()),
     }
 }
 

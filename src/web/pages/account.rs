@@ -10,7 +10,6 @@
 
 use super::{Layout, layout, public_layout};
 use crate::accounts::{self, ADMIN};
-use crate::model::Timestamp;
 use crate::store::{TokenInfo, TokenScope};
 use crate::web::auth::Principal;
 use crate::web::throttle::Refusal;
@@ -134,7 +133,7 @@ impl PasswordCheck {
             logins.with_label_values(&["busy"]).inc();
             return Err(NotChecked::Busy);
         };
-        if let Err(r) = app.web.throttle().begin(ip, account, Timestamp::now()) {
+        if let Err(r) = app.web.throttle().begin(ip, account, app.engine.now()) {
             logins.with_label_values(&["locked"]).inc();
             return Err(NotChecked::Throttled(r));
         }
@@ -167,7 +166,7 @@ impl PasswordCheck {
         self.app
             .web
             .throttle()
-            .finish(self.ip, self.account.as_deref(), ok, Timestamp::now())
+            .finish(self.ip, self.account.as_deref(), ok, self.app.engine.now())
     }
 }
 
@@ -254,10 +253,11 @@ pub async fn setup(
     let pw = f.password;
     // The first admin, to the audit trail with the password (the setup
     // code is its credential: the actor is `setup`).
-    let event = crate::sink::event::Event::operator(Timestamp::now(), "setup", "account.create", ADMIN);
+    let now = app.engine.now();
+    let event = crate::sink::event::Event::operator(now, "setup", "account.create", ADMIN);
     let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
     let res = check
-        .run(move || accounts::set_admin_password_with_events(&store, &pw, Timestamp::now(), &events))
+        .run(move || accounts::set_admin_password_with_events(&store, &pw, now, &events))
         .await;
     check.finish(true);
     match res {
@@ -348,7 +348,7 @@ async fn record_login(app: &AppState, ip: IpAddr, user: &str, ok: bool) {
         crate::web::failed_auth::record(app, kind, ip, &format!("user:{user}"), &user).await;
         return;
     }
-    let event = crate::sink::event::Event::operator(Timestamp::now(), &format!("user:{user}"), "login", &user);
+    let event = crate::sink::event::Event::operator(app.engine.now(), &format!("user:{user}"), "login", &user);
     let Some(row) = app.engine.sink().stage(&event) else {
         return;
     };
@@ -479,8 +479,8 @@ pub async fn change_password(
     };
     let store = app.engine.store().clone();
     let u = user.clone();
-    let event =
-        crate::sink::event::Event::operator(Timestamp::now(), &format!("user:{user}"), "password.change", &user);
+    let now = app.engine.now();
+    let event = crate::sink::event::Event::operator(now, &format!("user:{user}"), "password.change", &user);
     let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
     let keep = session.id().map(|id| crate::store::session_key(&id.to_string()));
     let result = check
@@ -492,7 +492,7 @@ pub async fn change_password(
             if f.password != f.confirm {
                 return Err(ChangeRefused::Other("The two new passwords differ.".into()));
             }
-            accounts::set_admin_password_with_events(&store, &f.password, Timestamp::now(), &events)
+            accounts::set_admin_password_with_events(&store, &f.password, now, &events)
                 .map_err(|e| ChangeRefused::Other(e.to_string()))?;
             store
                 .delete_user_sessions(&u, keep.as_deref())
@@ -558,22 +558,9 @@ pub async fn create_token(
             }
         },
     };
-    let n = name.clone();
-    let (sink, actor) = (app.engine.sink().clone(), who.actor());
-    let event = move |info: &crate::store::TokenInfo| {
-        let target = format!("{}({})", info.name, info.id);
-        let e = crate::sink::event::Event::operator(Timestamp::now(), &actor, "token.create", &target);
-        sink.stage(&e).into_iter().collect()
-    };
-    match app
-        .with_store(move |s| s.create_token_with_events(&n, scope, Timestamp::now(), event))
-        .await
-    {
-        Ok((plain, info)) => {
-            tracing::info!(token = %info.id, name = %name, scope = info.scope.as_str(), actor = %who.actor(), "API token created");
-            security(&app, &session, None, Some(plain), None).await.into_response()
-        }
-        Err(e) => e.into_response(),
+    match crate::service::tokens::create(&app.engine, &name, scope, &who.actor()).await {
+        Ok((plain, _)) => security(&app, &session, None, Some(plain), None).await.into_response(),
+        Err(e) => crate::web::error::ApiError::from(e).into_response(),
     }
 }
 
@@ -583,15 +570,10 @@ pub async fn revoke_token(
     session: Session,
     Path(id): Path<String>,
 ) -> Redirect {
-    let i = id.clone();
-    let event = crate::sink::event::Event::operator(Timestamp::now(), &who.actor(), "token.revoke", &id);
-    let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
-    let revoked = app
-        .with_store(move |s| s.revoke_token_with_events(&i, &events))
+    let revoked = crate::service::tokens::revoke(&app.engine, &id, &who.actor())
         .await
         .unwrap_or(false);
     if revoked {
-        tracing::info!(token = %id, actor = %who.actor(), "API token revoked");
         session::set_flash(&session, format!("Token {id} revoked.")).await;
     } else {
         session::set_flash(&session, format!("No token {id}.")).await;

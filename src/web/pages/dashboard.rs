@@ -5,6 +5,7 @@
 use super::{Layout, layout};
 use crate::engine::snapshot::{Detail, PoolFigures};
 use crate::model::{TaskKey, Timestamp};
+use crate::service::dead_letters;
 use crate::web::AppState;
 use crate::web::chart::{Series, line_chart};
 use crate::web::session;
@@ -350,21 +351,16 @@ pub async fn page(State(app): State<AppState>, session: Session, Query(q): Query
     .into_response()
 }
 
-/// Run an operator action on a dead-lettered task and come back to the
-/// dashboard with the outcome.
-async fn dead_letter_action(
-    app: &AppState,
-    who: &crate::web::auth::Principal,
+/// What an operator action on a dead-lettered task came to, as the
+/// dashboard tells it: `done`, or why not.
+async fn dead_letter_outcome(
     session: &Session,
-    key: TaskKey,
+    key: &TaskKey,
     done: &str,
-    op: crate::core::scheduler::OperatorOp,
+    result: Result<crate::model::TaskRecord, crate::service::ServiceError>,
 ) -> Redirect {
-    let msg = match app.engine.operator_action(&key, &who.actor(), op).await {
-        Ok(_) => {
-            tracing::info!(task = %key, actor = %who.actor(), "dead-letter task: {done}");
-            format!("{key}: {done}.")
-        }
+    let msg = match result {
+        Ok(_) => format!("{key}: {done}."),
         Err(e) => format!("{key}: {}", crate::web::error::ApiError::from(e).message),
     };
     session::set_flash(session, msg).await;
@@ -378,15 +374,8 @@ pub async fn retry(
     Path((instance, group)): Path<(String, String)>,
 ) -> Redirect {
     let key = TaskKey::new(&instance, &group);
-    dead_letter_action(
-        &app,
-        &who,
-        &session,
-        key,
-        "probing now",
-        crate::core::scheduler::OperatorOp::Retry,
-    )
-    .await
+    let result = dead_letters::retry(&app.engine, &key, &who.actor()).await;
+    dead_letter_outcome(&session, &key, "probing now", result).await
 }
 
 pub async fn discard(
@@ -396,13 +385,12 @@ pub async fn discard(
     Path((instance, group)): Path<(String, String)>,
 ) -> Redirect {
     let key = TaskKey::new(&instance, &group);
-    dead_letter_action(
-        &app,
-        &who,
+    let result = dead_letters::discard(&app.engine, &key, &who.actor()).await;
+    dead_letter_outcome(
         &session,
-        key,
+        &key,
         "discarded; the task is disabled until enabled again",
-        crate::core::scheduler::OperatorOp::Discard,
+        result,
     )
     .await
 }

@@ -11,7 +11,7 @@ use crate::engine::handle::TaskView;
 use crate::model::{TaskKey, Timestamp, human_secs};
 use crate::web::AppState;
 use crate::web::api::data::{GroupData, ValueView, instance_data};
-use crate::web::ops::TestResult;
+use crate::web::api::instances::TestResult;
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::extract::{Path, State};
@@ -260,7 +260,7 @@ pub async fn render(app: &AppState, session: &Session, name: &str, test: Option<
         .await,
         name: name.to_string(),
         type_name: entry.config.type_name.clone(),
-        url: crate::web::redact::mask_url(&entry.config.url),
+        url: crate::service::redact::mask_url(&entry.config.url),
         enabled: entry.config.enabled,
         provisioned: entry.provisioned,
         tasks,

@@ -4,8 +4,11 @@
 
 use super::{Layout, layout};
 use crate::model::{Auth, FieldError, InstanceConfig, InstanceName, NAME_RULE, Secret, Timestamp, duration_str};
+use crate::service;
+use crate::web::api::instances::test_results;
 use crate::web::auth::Principal;
-use crate::web::{AppState, ops, session};
+use crate::web::error::ApiError;
+use crate::web::{AppState, session};
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Extension;
@@ -112,7 +115,7 @@ pub async fn list(State(app): State<AppState>, session: Session, Query(q): Query
             Row {
                 name: e.config.name.to_string(),
                 type_name: e.config.type_name.clone(),
-                url: crate::web::redact::mask_url(&e.config.url),
+                url: crate::service::redact::mask_url(&e.config.url),
                 state,
                 last_success: last
                     .map(|t| t.to_rfc3339().replace('T', " ").replace('Z', " UTC"))
@@ -205,7 +208,7 @@ fn values_of(i: &InstanceConfig) -> HashMap<String, String> {
     let mut v = HashMap::from([
         ("name".to_string(), i.name.to_string()),
         ("type".to_string(), i.type_name.clone()),
-        ("url".to_string(), crate::web::redact::mask_url(&i.url)),
+        ("url".to_string(), crate::service::redact::mask_url(&i.url)),
         ("timeout".to_string(), duration_str::format(i.timeout)),
         ("budget".to_string(), i.budget.clone().unwrap_or_default()),
         ("enabled".to_string(), if i.enabled { "on" } else { "" }.to_string()),
@@ -385,7 +388,7 @@ async fn invalid(
     session: &Session,
     editing: bool,
     form: HashMap<String, String>,
-    e: crate::web::error::ApiError,
+    e: ApiError,
 ) -> Response {
     let field = input_of(e.field.as_deref().unwrap_or(""));
     let mut errors = HashMap::from([(field, e.message.clone())]);
@@ -406,15 +409,15 @@ pub async fn create(
 ) -> Response {
     let i = match parse(&form) {
         Ok((i, _)) => i,
-        Err(e) => return invalid(&app, &session, false, form, crate::web::error::ApiError::invalid(e)).await,
+        Err(e) => return invalid(&app, &session, false, form, ApiError::invalid(e)).await,
     };
     let name = i.name.clone();
-    match ops::create_instance(&app, i, &who.actor()).await {
+    match service::instances::create(&app.engine, i, &who.actor()).await {
         Ok(()) => {
             session::set_flash(&session, format!("Instance {name} added; it is polled now.")).await;
             Redirect::to("/instances").into_response()
         }
-        Err(e) => invalid(&app, &session, false, form, e).await,
+        Err(e) => invalid(&app, &session, false, form, e.into()).await,
     }
 }
 
@@ -428,7 +431,7 @@ pub async fn update(
     form.insert("name".into(), name.clone());
     let (i, secrets_blank) = match parse(&form) {
         Ok(x) => x,
-        Err(e) => return invalid(&app, &session, true, form, crate::web::error::ApiError::invalid(e)).await,
+        Err(e) => return invalid(&app, &session, true, form, ApiError::invalid(e)).await,
     };
     // Same kind and blank secret: keep the stored credentials.
     let same_kind = app
@@ -438,12 +441,12 @@ pub async fn update(
         .get(&name)
         .is_some_and(|e| e.config.auth.kind() == i.auth.kind());
     let keep = secrets_blank && same_kind;
-    match ops::update_instance(&app, &name, i, keep, &who.actor()).await {
+    match service::instances::update(&app.engine, &name, i, keep, &who.actor()).await {
         Ok(_) => {
             session::set_flash(&session, format!("Instance {name} saved.")).await;
             Redirect::to("/instances").into_response()
         }
-        Err(e) => invalid(&app, &session, true, form, e).await,
+        Err(e) => invalid(&app, &session, true, form, e.into()).await,
     }
 }
 
@@ -453,9 +456,9 @@ pub async fn delete(
     session: Session,
     Path(name): Path<String>,
 ) -> Redirect {
-    let msg = match ops::delete_instance(&app, &name, &who.actor()).await {
+    let msg = match service::instances::delete(&app.engine, &name, &who.actor()).await {
         Ok(()) => format!("Instance {name} deleted."),
-        Err(e) => e.message,
+        Err(e) => ApiError::from(e).message,
     };
     session::set_flash(&session, msg).await;
     Redirect::to("/instances")
@@ -471,12 +474,12 @@ pub async fn test(
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
     if form.get("show").map(String::as_str) == Some("instance") {
-        return match ops::test_instance(&app, &name).await {
+        return match test_results(&app, &name).await {
             Ok(results) => super::instance::render(&app, &session, &name, Some(&results)).await,
             Err(_) => super::instance::render(&app, &session, &name, None).await,
         };
     }
-    let msg = match ops::test_instance(&app, &name).await {
+    let msg = match test_results(&app, &name).await {
         Ok(results) => {
             let parts: Vec<String> = results
                 .iter()
@@ -502,7 +505,7 @@ pub async fn test(
                 .collect();
             format!("Test of {name}: {}", parts.join("; "))
         }
-        Err(e) => e.message,
+        Err(e) => ApiError::from(e).message,
     };
     session::set_flash(&session, msg).await;
     Redirect::to(&format!("/instances?q={}", enc(&name))).into_response()

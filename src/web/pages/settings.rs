@@ -5,8 +5,10 @@
 //! and applies at once — the same path as `PUT /api/settings/monitoring`.
 
 use super::{Layout, layout};
+use crate::service;
 use crate::web::auth::Principal;
-use crate::web::{AppState, ops, session};
+use crate::web::error::ApiError;
+use crate::web::{AppState, session};
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Extension;
@@ -289,7 +291,7 @@ pub async fn budget_save(
         }
     }
     let outcome = if bad.is_empty() {
-        ops::save_budget(&app, &name, Value::Object(patch), &who.actor())
+        service::budgets::save(&app.engine, &name, Value::Object(patch), &who.actor())
             .await
             .map(|b| {
                 format!(
@@ -298,7 +300,7 @@ pub async fn budget_save(
                     b.burst
                 )
             })
-            .map_err(|e| e.message)
+            .map_err(|e| ApiError::from(e).message)
     } else {
         Err(bad.join("; "))
     };
@@ -470,11 +472,14 @@ pub async fn monitoring_save(
 ) -> Response {
     let locked = app.engine.locked_settings();
     let result = match patch_from_form(&form, &locked) {
-        Ok(patch) => ops::save_settings(&app, patch, &who.actor()).await.map_err(|errs| {
-            errs.into_iter()
-                .map(|e| (e.field.clone().unwrap_or_default(), e.message))
-                .collect::<HashMap<String, String>>()
-        }),
+        Ok(patch) => service::settings::save(&app.engine, patch, &who.actor())
+            .await
+            .map_err(|e| {
+                ApiError::all(e)
+                    .into_iter()
+                    .map(|e| (e.field.clone().unwrap_or_default(), e.message))
+                    .collect::<HashMap<String, String>>()
+            }),
         Err(errors) => Err(errors),
     };
     match result {

@@ -6,9 +6,11 @@
 use super::{Layout, layout};
 use crate::config::SinkConfig;
 use crate::model::{HIDDEN, duration_str};
+use crate::service;
 use crate::sink::SinkStatus;
 use crate::web::auth::Principal;
-use crate::web::{AppState, ops, session};
+use crate::web::error::ApiError;
+use crate::web::{AppState, session};
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Extension;
@@ -80,7 +82,7 @@ fn page_for(
             return v.clone();
         }
         match name {
-            "url" => crate::web::redact::mask_url(&current.url),
+            "url" => crate::service::redact::mask_url(&current.url),
             "batch_size" => current.batch_size.to_string(),
             "buffering" => duration_str::format(current.buffering),
             "retry_limit" => duration_str::format(current.retry_limit),
@@ -184,9 +186,12 @@ pub async fn save(
         patch_from_form(&form, &locked)
     };
     let outcome = match patch {
-        Ok(p) => ops::save_sink(&app, p, &who.actor()).await.map_err(|e| match e.field {
-            Some(f) if !f.is_empty() && !e.message.starts_with(f.as_str()) => format!("{f}: {}", e.message),
-            _ => e.message,
+        Ok(p) => service::sink::save(&app.engine, p, &who.actor()).await.map_err(|e| {
+            let e = ApiError::from(e);
+            match e.field {
+                Some(f) if !f.is_empty() && !e.message.starts_with(f.as_str()) => format!("{f}: {}", e.message),
+                _ => e.message,
+            }
         }),
         Err(e) => Err(e),
     };
@@ -207,9 +212,10 @@ pub async fn save(
 }
 
 pub async fn test(State(app): State<AppState>, Extension(who): Extension<Principal>, session: Session) -> Redirect {
-    let msg = match app.engine.sink().send_test(&who.actor()).await {
-        Ok(()) => "Test event delivered.".to_string(),
-        Err(e) => format!("Test event not delivered: {e}"),
+    let msg = match service::sink::send_test(&app.engine, &who.actor()).await {
+        Ok(Ok(())) => "Test event delivered.".to_string(),
+        Ok(Err(e)) => format!("Test event not delivered: {e}"),
+        Err(e) => format!("Test event not delivered: {}", ApiError::from(e).message),
     };
     session::set_flash(&session, msg).await;
     Redirect::to("/settings/system/sink")

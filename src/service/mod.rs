@@ -1,0 +1,32 @@
+//! What the JSON API and the pages do, once: instances, settings, budget
+//! pools, the event sink, dead letters and tokens. Each operation validates,
+//! checks the over-budget gate, commits the change with its change event and
+//! puts it in force, and refuses in the domain's words ([`ServiceError`]);
+//! the web layer maps those to HTTP in one place and renders them.
+
+pub mod budgets;
+pub mod dead_letters;
+pub mod error;
+pub mod instances;
+pub mod redact;
+pub mod settings;
+pub mod sink;
+pub mod tokens;
+
+pub use error::{Conflict, Missing, ServiceError};
+
+use crate::engine::EngineHandle;
+use crate::store::{Store, StoreError};
+
+/// Run a store call on a blocking thread: a redb transaction blocks, and
+/// must neither run on an async worker nor be held across an `.await`.
+async fn with_store<T: Send + 'static>(
+    engine: &EngineHandle,
+    f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ServiceError> {
+    let store = engine.store().clone();
+    match tokio::task::spawn_blocking(move || f(&store)).await {
+        Ok(r) => Ok(r?),
+        Err(e) => Err(ServiceError::internal(e)),
+    }
+}
