@@ -12,7 +12,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use super::rule::{Filter, MetricKind, Rule, TimeFormat, ValueSource};
-use super::template::{Context, Rendered, push_text};
+use super::template::{Context, Rendered};
+use super::text::push_text;
 
 /// Series a group keeps from one body unless it says otherwise (`max_series`).
 pub const DEFAULT_MAX_SERIES: usize = 10_000;

@@ -20,7 +20,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use super::pointer::Pointer;
-use super::template::{Facts, push_text};
+use super::text::{Facts, push_text};
 
 /// A lookup table as written (`[groups.lookups.NAME]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

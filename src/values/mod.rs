@@ -13,6 +13,7 @@ pub mod lookup;
 mod pointer;
 mod rule;
 mod template;
+mod text;
 mod time;
 
 pub use extract::{DEFAULT_MAX_SERIES, Extraction, Extractor, Sample, SkipReason, extract};
@@ -22,7 +23,8 @@ pub use rule::{
     ClashError, Filter, LabelRule, MetricKind, OneOrMany, RESERVED_LABELS, Rule, RuleError, TimeFormat, ValueRule,
     ValueSource, check_families, valid_label_name, valid_metric_name,
 };
-pub use template::{Context, Facts, Rendered, Template, TemplateError, push_text};
+pub use template::{Context, Rendered, Template, TemplateError};
+pub use text::{Facts, push_text};
 pub use time::{parse_date, parse_rfc3339};
 
 #[cfg(test)]

@@ -6,9 +6,9 @@
 //! `"cluster/{@fact.cluster}"`; `{{` and `}}` are literal braces).
 
 use serde_json::Value;
-use std::fmt::Write as _;
 
 use super::pointer::{Pointer, PointerError};
+use super::text::{Facts, push_text};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Part {
@@ -54,10 +54,6 @@ pub enum TemplateError {
     #[error("{{{0}}}: {1}")]
     BadPointer(String, PointerError),
 }
-
-/// An instance's facts: name → text, learned from the groups that declare
-/// `facts`.
-pub type Facts = std::collections::BTreeMap<String, String>;
 
 /// What a template reads besides the element itself.
 #[derive(Debug, Clone, Copy, Default)]
@@ -293,20 +289,6 @@ fn render_part(part: &Part, element: &Value, cx: Context<'_>, out: &mut String) 
                     .map(String::as_str),
                 out,
             )
-        }
-    }
-}
-
-/// A JSON value as label text: a string as it is, anything else as its
-/// JSON text (`100`, `0.5`, `true`).
-pub fn push_text(v: &Value, out: &mut String) {
-    match v {
-        Value::String(s) => out.push_str(s),
-        Value::Number(n) => {
-            let _ = write!(out, "{n}");
-        }
-        other => {
-            let _ = write!(out, "{other}");
         }
     }
 }
