@@ -32,7 +32,7 @@ impl EngineHandle {
     }
 
     /// An operator action on one task (retry, discard, enable), committed
-    /// before anyone sees it; see [`Shared::operator_action`].
+    /// before anyone sees it; see `Shared::operator_action`.
     pub async fn operator_action(
         &self,
         key: &TaskKey,
@@ -41,13 +41,77 @@ impl EngineHandle {
     ) -> Result<TaskRecord, super::EngineError> {
         self.0.operator_action(key, actor, op).await
     }
-}
 
-impl std::ops::Deref for EngineHandle {
-    type Target = Shared;
+    /// The engine's time (its clock).
+    pub fn now(&self) -> Timestamp {
+        self.0.now()
+    }
 
-    fn deref(&self) -> &Shared {
-        &self.0
+    /// The instances, types and budget pools in force.
+    pub fn catalog(&self) -> Arc<crate::core::catalog::Catalog> {
+        self.0.catalog()
+    }
+
+    /// The monitoring settings in force.
+    pub fn monitoring(&self) -> MonitoringSettings {
+        self.0.monitoring()
+    }
+
+    /// Whether the engine has loaded its state and dispatches.
+    pub fn is_ready(&self) -> bool {
+        self.0.is_ready()
+    }
+
+    /// Ready, or why not, at `now`.
+    pub fn readiness(&self, now: Timestamp) -> Result<(), String> {
+        self.0.readiness(now)
+    }
+
+    /// The read model at `now`, as detailed as `detail` asks.
+    pub fn snapshot(&self, now: Timestamp, detail: super::snapshot::Detail) -> super::snapshot::Snapshot {
+        self.0.snapshot(now, detail)
+    }
+
+    /// Refuses a catalog and settings whose plans would not fit their
+    /// budgets (the over-budget gate).
+    pub fn check_gate(
+        &self,
+        cat: &crate::core::catalog::Catalog,
+        settings: &MonitoringSettings,
+    ) -> Result<(), plan::OverBudget> {
+        self.0.check_gate(cat, settings)
+    }
+
+    /// Put a stored catalog in force: tasks are placed and removed, the
+    /// plans solved again.
+    pub fn set_catalog(&self, catalog: crate::core::catalog::Catalog) {
+        self.0.set_catalog(catalog)
+    }
+
+    /// One pool's budget in force (AIMD applied).
+    pub fn pool_effective_rps(&self, pool: &str) -> f64 {
+        self.0.pool_effective_rps(pool)
+    }
+
+    /// The facts `instance` has learned.
+    pub fn facts_of(&self, instance: &str) -> Option<Arc<crate::values::Facts>> {
+        self.0.latest.facts_of(instance)
+    }
+
+    /// A task's latest values.
+    pub fn values_of(&self, key: &TaskKey) -> Option<super::latest::LatestValues> {
+        self.0.latest.values_of(key)
+    }
+
+    /// A task's kept bodies, by item.
+    pub fn bodies_of(&self, key: &TaskKey) -> BTreeMap<String, super::latest::BodyInfo> {
+        self.0.latest.bodies_of(key)
+    }
+
+    /// Poll `group` of `instance` once, now, outside the schedule (the
+    /// instance test); `items` is the fan-out list.
+    pub async fn probe(&self, instance: &InstanceConfig, group: &GroupDef, items: &[String]) -> PollResult {
+        self.0.fetch.fetch(instance, None, group, items).await
     }
 }
 
@@ -99,32 +163,12 @@ pub struct TaskHealth {
     pub rate_limited: bool,
 }
 
-impl Shared {
-    /// The event sink: stage change events, test it, read its status.
-    pub fn sink(&self) -> &crate::sink::Sink {
-        &self.sink
-    }
-
-    /// The database the engine persists to (also holds users, sessions
-    /// and tokens, which the web layer reads and writes itself).
-    pub fn store(&self) -> &crate::store::Store {
-        &self.store
-    }
-
-    /// How polls are made: the instance test makes one through it.
-    pub fn fetch(&self) -> &Arc<dyn super::ports::Fetch> {
-        &self.fetch
-    }
-
-    pub fn metrics(&self) -> &crate::metrics::Metrics {
-        &self.metrics
-    }
-
+impl EngineHandle {
     /// Wait for a turn at changing the catalog (instances, budget pools):
     /// check-then-insert stays atomic.
     pub async fn edit_catalog(&self) -> EditTurn<'_> {
         EditTurn {
-            _turn: self.catalog_edit.lock().await,
+            _turn: self.0.catalog_edit.lock().await,
         }
     }
 
@@ -132,56 +176,53 @@ impl Shared {
     /// validate-then-save stays atomic.
     pub async fn edit_settings(&self) -> EditTurn<'_> {
         EditTurn {
-            _turn: self.settings_edit.lock().await,
+            _turn: self.0.settings_edit.lock().await,
         }
     }
 
     /// The settings document `patch` would make, and the settings it would
     /// put in force, without changing anything.
     pub fn propose_settings(&self, patch: &Value) -> Result<(Value, MonitoringSettings), SettingsError> {
-        lock(&self.settings).propose(patch)
+        lock(&self.0.settings).propose(patch)
     }
 
-    /// A proposal from [`Shared::propose_settings`] has been stored: keep
+    /// A proposal from [`EngineHandle::propose_settings`] has been stored: keep
     /// the saved document and put the settings in force.
     pub fn apply_saved_settings(&self, saved: Value, effective: MonitoringSettings) {
-        lock(&self.settings).saved = saved;
-        self.apply_settings(effective);
+        lock(&self.0.settings).saved = saved;
+        self.0.apply_settings(effective);
     }
 
     /// Settings fields an environment variable sets, with the variable.
     pub fn locked_settings(&self) -> BTreeMap<String, String> {
-        lock(&self.settings).locked()
+        lock(&self.0.settings).locked()
     }
 
     /// Sink fields an environment variable sets, with the variable.
     pub fn locked_sink(&self) -> BTreeMap<String, String> {
-        lock(&self.settings).env.locked_sink()
+        lock(&self.0.settings).env.locked_sink()
     }
 
     /// The sink's settings in force (environment applied); `None` when off.
     pub fn sink_config(&self) -> Option<SinkConfig> {
-        lock(&self.sink_config).clone()
+        lock(&self.0.sink_config).clone()
     }
 
     /// Stored new sink settings: put them in force.
     pub fn apply_sink_config(&self, next: Option<SinkConfig>) {
-        *lock(&self.sink_config) = next.clone();
-        self.sink.reconfigure(next);
+        *lock(&self.0.sink_config) = next.clone();
+        self.0.sink.reconfigure(next);
     }
 
     /// The items a fan-out group polls on `instance`, as last learned
     /// (empty for a group without fan-out).
     pub fn fan_out_items(&self, instance: &InstanceConfig, group: &GroupDef) -> Vec<String> {
-        if group.fan_out.is_none() {
-            return Vec::new();
-        }
-        self.budgets(|b, _| plan::fan_out_items(instance, &b.shapes, group).to_vec())
+        self.0.fan_out_items(instance, group)
     }
 
     /// One pool's budget in force and planned instances.
     pub fn pool_budget(&self, pool: &str) -> PoolBudget {
-        self.budgets(|b, _| PoolBudget {
+        self.0.budgets(|b, _| PoolBudget {
             effective_rps: b.effective_rps(pool),
             instances: b.plans.get(pool).map(|p| p.instances).unwrap_or(0),
         })
@@ -189,13 +230,14 @@ impl Shared {
 
     /// Every pool's budget in force (AIMD applied), read at one moment.
     pub fn effective_budgets(&self) -> BTreeMap<String, f64> {
-        self.budgets(|b, _| b.aimd.iter().map(|(name, a)| (name.clone(), a.effective())).collect())
+        self.0
+            .budgets(|b, _| b.aimd.iter().map(|(name, a)| (name.clone(), a.effective())).collect())
     }
 
     /// Where each pool that AIMD holds below its budget stands at `now`.
     pub fn aimd_outlook(&self, now: Timestamp) -> BTreeMap<String, crate::core::aimd::Outlook> {
-        let settings = super::budget::aimd_settings(&self.monitoring().scheduler);
-        self.budgets(|b, _| {
+        let settings = super::budget::aimd_settings(&self.0.monitoring().scheduler);
+        self.0.budgets(|b, _| {
             b.aimd
                 .iter()
                 .filter_map(|(name, a)| {
@@ -208,9 +250,9 @@ impl Shared {
 
     /// The plans, pauses and last attempts at `now`.
     pub fn plan_reading(&self, now: Timestamp) -> PlanReading {
-        let cat = self.catalog();
-        let settings = self.monitoring().scheduler;
-        let (pools, unbudgeted, solved_at) = self.budgets(|b, _| {
+        let cat = self.0.catalog();
+        let settings = self.0.monitoring().scheduler;
+        let (pools, unbudgeted, solved_at) = self.0.budgets(|b, _| {
             let pools: Vec<(PoolStatus, f64)> = b
                 .plans
                 .values()
@@ -221,7 +263,7 @@ impl Shared {
         let mut paused_until = HashMap::new();
         let mut last_attempt: HashMap<GroupOfPool, Timestamp> = HashMap::new();
         {
-            let c = self.core();
+            let c = self.0.core();
             let s = &c.scheduler;
             for (p, _) in &pools {
                 if let Some(until) = s.pool_bucket(&p.name).and_then(|b| b.paused_until(now)) {
@@ -250,7 +292,7 @@ impl Shared {
     /// One page of the dead-letter queue (oldest first), and the queue's
     /// length.
     pub fn dead_letter_page(&self, skip: usize, take: usize) -> (usize, Vec<DeadLetterEntry>) {
-        let c = self.core();
+        let c = self.0.core();
         let all = c.scheduler.dead_letters();
         let page = all
             .iter()
@@ -263,7 +305,7 @@ impl Shared {
 
     /// The health of every task, for per-instance summaries.
     pub fn task_health(&self) -> Vec<TaskHealth> {
-        let c = self.core();
+        let c = self.0.core();
         c.scheduler
             .tasks()
             .map(|t| TaskHealth {
@@ -281,19 +323,14 @@ impl Shared {
     /// given): `None` when `instance` names no configured instance. Built
     /// without the scheduler lock.
     pub fn values_exposition(&self, instance: Option<&str>) -> Option<String> {
-        let cat = self.catalog();
+        let cat = self.0.catalog();
         if let Some(i) = instance
             && !cat.instances.contains_key(i)
         {
             return None;
         }
-        let tasks = self.latest.fresh(self.now(), instance);
+        let tasks = self.0.latest.fresh(self.0.now(), instance);
         Some(super::latest::render(&cat.values, &tasks))
-    }
-
-    /// The latest values and kept bodies of every task.
-    pub fn latest(&self) -> &super::latest::Latest {
-        &self.latest
     }
 
     /// A kept body with its bytes: from memory if the group commit has not
@@ -303,20 +340,20 @@ impl Shared {
         key: &TaskKey,
         item: &str,
     ) -> Result<Option<crate::model::BodyRecord>, crate::store::StoreError> {
-        if let Some(b) = self.latest.unwritten_body(key, item) {
+        if let Some(b) = self.0.latest.unwritten_body(key, item) {
             return Ok(Some(b));
         }
-        self.store.read_body(key, item)
+        self.0.store.read_body(key, item)
     }
 
     /// A copy of one task's record, as the scheduler holds it now.
     pub fn task_record(&self, key: &TaskKey) -> Option<TaskRecord> {
-        self.core().scheduler.get(key).map(|t| t.rec.clone())
+        self.0.core().scheduler.get(key).map(|t| t.rec.clone())
     }
 
     /// Polls in flight now.
     pub fn in_flight(&self) -> usize {
-        self.core().scheduler.in_flight()
+        self.0.core().scheduler.in_flight()
     }
 
     /// Complete every task due at `now` at once, with the result `answer`
@@ -329,7 +366,7 @@ impl Shared {
         rng: &mut impl Rng,
         mut answer: impl FnMut(usize, &TaskKey) -> PollResult,
     ) -> usize {
-        let mut c = self.core();
+        let mut c = self.0.core();
         let s = &mut c.scheduler;
         let mut n = 0;
         while let Some(d) = s.pop_due(now) {
@@ -344,22 +381,56 @@ impl Shared {
     /// the interval it is on; a key with no task (not placed yet, or
     /// removed) is left out. Copies, in the order of `keys`.
     pub fn tasks_of(&self, keys: &[TaskKey]) -> Vec<TaskView> {
-        let c = self.core();
+        let c = self.0.core();
         let s = &c.scheduler;
         keys.iter()
             .filter_map(|k| s.get(k))
             .map(|t| TaskView {
+                key: t.key.clone(),
+                priority: t.meta.priority,
+                planned: t.meta.planned,
+                phase: TaskPhase::of(&t.state),
+                rec: t.rec.clone(),
                 interval: s.interval_of(t),
-                task: t.clone(),
             })
             .collect()
     }
 }
 
-/// A copy of one task, as [`Shared::tasks_of`] reads it.
+/// Where a task stands, as [`TaskView`] shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskPhase {
+    /// Waiting for its next run.
+    Queued,
+    /// A poll of it is running.
+    InFlight,
+    /// Held out of the schedule, for the reason named.
+    Held(&'static str),
+    /// Discarded by an operator.
+    Discarded,
+}
+
+impl TaskPhase {
+    fn of(state: &crate::core::scheduler::TaskState) -> TaskPhase {
+        use crate::core::scheduler::{Parked, TaskState};
+        match state {
+            TaskState::Parked(Parked::Discarded) => TaskPhase::Discarded,
+            TaskState::Parked(Parked::Held(h)) => TaskPhase::Held(h.as_str()),
+            TaskState::InFlight { .. } => TaskPhase::InFlight,
+            TaskState::Queued { .. } => TaskPhase::Queued,
+        }
+    }
+}
+
+/// A copy of one task, as [`EngineHandle::tasks_of`] reads it.
 #[derive(Debug, Clone)]
 pub struct TaskView {
-    pub task: crate::core::scheduler::Task,
+    pub key: TaskKey,
+    pub priority: u8,
+    /// The interval its plan gives it.
+    pub planned: std::time::Duration,
+    pub phase: TaskPhase,
+    pub rec: TaskRecord,
     /// The interval the task is on now (adaptive and planned).
     pub interval: std::time::Duration,
 }
