@@ -310,7 +310,7 @@ impl Application {
         })?;
         let fetch: Arc<dyn crate::engine::ports::Fetch> = match &ports.fetch {
             Some(f) => f.clone(),
-            None => Arc::new(Poller::new()?),
+            None => Arc::new(Poller::new()?.with_clock(ports.clock.clone())),
         };
         let shared = Shared::new(store, fetch, &ports, catalog, layers, settings, sink)?;
         let engine = Engine::start(shared).await?;

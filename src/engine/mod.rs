@@ -222,7 +222,7 @@ impl Shared {
         let snapshots = snapshot::SnapshotSource::new(core.clone(), budgets.clone(), ports.clock.clone());
         let metrics = Metrics::new(snapshots, catalog.clone())?;
         let sink_config = Mutex::new(sink.clone());
-        let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);
+        let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?, ports.clock.clone());
         sink.attach_outbox(store.clone());
         sink.seed_ids(ports.event_id_rng());
         let tasks = match &ports.tasks {
