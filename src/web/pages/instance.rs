@@ -6,7 +6,7 @@
 
 use super::{Layout, layout};
 use crate::core::task::breaker_at;
-use crate::engine::handle::{TaskPhase, TaskView};
+use crate::engine::snapshot::{TaskPhase, TaskView};
 use crate::model::{TaskKey, Timestamp, human_secs};
 use crate::web::AppState;
 use crate::web::api::data::{GroupData, ValueView, instance_data};
