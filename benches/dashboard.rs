@@ -47,9 +47,11 @@ fn app(dir: &std::path::Path) -> AppState {
     .expect("shared");
     let now = Timestamp::now();
     shared.reconcile(now, &mut HashMap::new(), true);
+    let (store, sink, metrics) = shared.parts();
+    let engine = pollster::engine::EngineHandle::new(shared);
     // A realistic mix: most tasks succeeded, some failing, some dead-lettered.
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
-    shared.complete_due_now(now, &mut rng, |n, _| match n % 50 {
+    engine.complete_due_now(now, &mut rng, |n, _| match n % 50 {
         0 => Err(PollError::new(
             ErrorCategory::Permanent,
             ErrorKind::Http,
@@ -68,7 +70,8 @@ fn app(dir: &std::path::Path) -> AppState {
         }),
     });
     AppState::new(
-        pollster::engine::EngineHandle::new(shared),
+        pollster::service::Context { engine, store, sink },
+        metrics,
         WebState::new(Vec::new(), None),
     )
 }

@@ -19,7 +19,8 @@
 
 use clap::Parser;
 use pollster::app::Application;
-use pollster::engine::Shared;
+use pollster::engine::EngineHandle;
+use pollster::metrics::Metrics;
 use pollster::model::{InstanceConfig, TaskKey, TaskRecord, TypeDef};
 use prometheus::core::Collector;
 use serde_json::json;
@@ -94,7 +95,10 @@ fn main() {
         let app = Application::build_with_listeners(config, api.expect("bind"), metrics.expect("bind"))
             .await
             .expect("the appliance builds");
-        let shared = app.engine().clone();
+        let shared = Running {
+            engine: app.engine(),
+            metrics: app.metrics(),
+        };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(app.run_until_stopped(async {
             let _ = rx.await;
@@ -223,7 +227,23 @@ fn config(args: &Args, fleet: SocketAddr, data_dir: &std::path::Path) -> pollste
 }
 
 /// What `GET /metrics` does, timed: (duration, bytes).
-fn scrape(shared: &Shared) -> (Duration, usize) {
+/// The running appliance, as the measurements read it.
+struct Running {
+    engine: EngineHandle,
+    metrics: Metrics,
+}
+
+impl Running {
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn in_flight(&self) -> usize {
+        self.engine.in_flight()
+    }
+}
+
+fn scrape(shared: &Running) -> (Duration, usize) {
     let t = Instant::now();
     let bytes = shared.metrics().render().len();
     (t.elapsed(), bytes)
@@ -233,7 +253,7 @@ fn scrape(shared: &Shared) -> (Duration, usize) {
 /// settle for `--seconds`: the snapshots around the burst and its rate.
 fn measure_idle(
     args: &Args,
-    shared: &Shared,
+    shared: &Running,
     fleet: &Fleet,
     built: Instant,
     scrapes: &mut Vec<(Duration, usize)>,
@@ -262,7 +282,7 @@ fn measure_idle(
 
 /// Sleep through the measurement window, printing a timeline and scraping
 /// every [`SCRAPE_EVERY`] if asked; the snapshot at its end.
-fn watch(args: &Args, shared: &Shared, fleet: &Fleet, scrapes: &mut Vec<(Duration, usize)>) -> Snapshot {
+fn watch(args: &Args, shared: &Running, fleet: &Fleet, scrapes: &mut Vec<(Duration, usize)>) -> Snapshot {
     let end = Instant::now() + Duration::from_secs(args.seconds);
     let (step, mut next_scrape) = (Duration::from_millis(250), Instant::now());
     let mut prev = Snapshot::take(shared, fleet);
@@ -300,7 +320,7 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn take(shared: &Shared, fleet: &Fleet) -> Snapshot {
+    fn take(shared: &Running, fleet: &Fleet) -> Snapshot {
         let fam = shared.metrics().dispatch_lateness.collect();
         let h = fam
             .first()
@@ -346,7 +366,7 @@ fn quantile(a: &Snapshot, b: &Snapshot, q: f64) -> f64 {
 }
 
 /// Sum of `pollster_monitor_poll_total`: (success, error).
-fn poll_totals(shared: &Shared) -> (u64, u64) {
+fn poll_totals(shared: &Running) -> (u64, u64) {
     shared.metrics().poll.totals()
 }
 

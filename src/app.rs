@@ -310,7 +310,7 @@ impl Application {
         })?;
         let fetch: Arc<dyn crate::engine::ports::Fetch> = match &ports.fetch {
             Some(f) => f.clone(),
-            None => Arc::new(Poller::new()?),
+            None => Arc::new(Poller::new()?.with_clock(ports.clock.clone())),
         };
         let shared = Shared::new(store, fetch, &ports, catalog, layers, settings, sink)?;
         let engine = Engine::start(shared).await?;
@@ -361,12 +361,28 @@ impl Application {
         self.engine.handle()
     }
 
+    /// The database the appliance runs on.
+    pub fn store(&self) -> crate::store::Store {
+        self.engine.parts().0
+    }
+
+    /// The appliance's metrics.
+    pub fn metrics(&self) -> crate::metrics::Metrics {
+        self.engine.parts().2
+    }
+
     /// Serve until `shutdown` completes, then stop dispatching, let polls in
     /// flight finish (or abandon them after a bound) and flush state.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
         let web_state =
             web::WebState::new(self.proxies.clone(), self.setup_code.clone()).with_posture(self.posture.clone());
-        let state = AppState::new(self.engine.handle(), web_state);
+        let (store, sink, metrics) = self.engine.parts();
+        let cx = crate::service::Context {
+            engine: self.engine.handle(),
+            store,
+            sink,
+        };
+        let state = AppState::new(cx, metrics, web_state);
         let tls_config = |certs: &Option<Arc<crate::tls::CertStore>>| {
             certs
                 .clone()
@@ -378,9 +394,9 @@ impl Application {
         let metrics_tls = tls_config(&self.tls.metrics)?;
         let watcher = tokio::spawn(crate::tls::watch(self.tls.clone(), crate::tls::WATCH_INTERVAL));
         let hangup = tokio::spawn(reload_on_hangup(self.tls.clone()));
-        let state_store = state.engine.store().clone();
+        let state_store = state.store.clone();
         let pruner = tokio::spawn(web::session_store::prune_loop(
-            state.engine.store().clone(),
+            state.store.clone(),
             std::time::Duration::from_secs(600),
         ));
         let failures = tokio::spawn(web::failed_auth::flush_loop(state.clone()));
@@ -404,7 +420,7 @@ impl Application {
         );
         // The per-client cap is on the socket's peer: a trusted proxy is one
         // peer for everyone behind it, so it is held to the total alone.
-        let rejected = state.engine.metrics().connections_rejected.clone();
+        let rejected = state.metrics.connections_rejected.clone();
         let api = tokio::spawn(web::serve::serve(
             self.api,
             web::router(state.clone()),

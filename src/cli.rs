@@ -443,7 +443,9 @@ fn read_password() -> Result<String, Failure> {
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }
 
-pub fn admin(cmd: AdminCommand, out: &mut dyn Write) -> Result<(), Failure> {
+/// Run an admin command; `now` is the time its records and audit rows
+/// carry (read once, by the caller).
+pub fn admin(cmd: AdminCommand, now: Timestamp, out: &mut dyn Write) -> Result<(), Failure> {
     let w = |out: &mut dyn Write, s: String| out.write_all(s.as_bytes()).map_err(|e| fail(e.to_string()));
     match cmd {
         AdminCommand::CreateToken { dir, name, scope } => {
@@ -454,7 +456,7 @@ pub fn admin(cmd: AdminCommand, out: &mut dyn Write) -> Result<(), Failure> {
                 });
             }
             let store = open_store(&dir)?;
-            let (token, info) = store.create_token(name.trim(), scope.into(), Timestamp::now())?;
+            let (token, info) = store.create_token(name.trim(), scope.into(), now)?;
             w(out, format!("{token}\n"))?;
             eprintln!(
                 "created {} API token {} ({}); it is shown only once",
@@ -466,31 +468,34 @@ pub fn admin(cmd: AdminCommand, out: &mut dyn Write) -> Result<(), Failure> {
         AdminCommand::SetPassword { dir } => {
             let store = open_store(&dir)?;
             let pw = read_password()?;
-            crate::accounts::set_admin_password(&store, &pw, Timestamp::now()).map_err(|e| Failure {
+            crate::accounts::set_admin_password(&store, &pw, now).map_err(|e| Failure {
                 code: EXIT_CONFIG,
                 message: e.to_string(),
             })?;
             w(out, "admin password set\n".into())?;
         }
         AdminCommand::SelfSigned(args) => self_signed::run(args, out)?,
-        AdminCommand::Dlq { command } => dlq(command, out)?,
-        AdminCommand::RotateKey { dir } => w(out, secrets::rotate_key(&dir)?)?,
+        AdminCommand::Dlq { command } => dlq(command, now, out)?,
+        AdminCommand::RotateKey { dir } => w(out, secrets::rotate_key(&dir, now)?)?,
         AdminCommand::Backup {
             dir,
             passphrase_file,
             out: file,
-        } => w(out, secrets::backup(&dir, &passphrase_file, &file)?)?,
+        } => w(out, secrets::backup(&dir, &passphrase_file, &file, now)?)?,
         AdminCommand::Restore {
             dir,
             file,
             passphrase_file,
             max_work_factor,
-        } => w(out, secrets::restore(&dir, &file, &passphrase_file, max_work_factor)?)?,
+        } => w(
+            out,
+            secrets::restore(&dir, &file, &passphrase_file, max_work_factor, now)?,
+        )?,
     }
     Ok(())
 }
 
-fn dlq(cmd: DlqCommand, out: &mut dyn Write) -> Result<(), Failure> {
+fn dlq(cmd: DlqCommand, now: Timestamp, out: &mut dyn Write) -> Result<(), Failure> {
     let w = |out: &mut dyn Write, s: String| out.write_all(s.as_bytes()).map_err(|e| fail(e.to_string()));
     match cmd {
         DlqCommand::List { dir } => {
@@ -522,9 +527,7 @@ fn dlq(cmd: DlqCommand, out: &mut dyn Write) -> Result<(), Failure> {
             w(out, format!("{} dead-lettered task(s)\n", dead.len()))?;
         }
         DlqCommand::Retry { dir, instance, group } => {
-            change_task(&dir, &instance, &group, |r| {
-                crate::core::task::retry_now(r, Timestamp::now())
-            })?;
+            change_task(&dir, &instance, &group, |r| crate::core::task::retry_now(r, now))?;
             w(
                 out,
                 format!("{instance}/{group} will be probed when the server starts\n"),

@@ -153,7 +153,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
         .collect();
 
     let app = crate::app::Application::build(config).await.map_err(failure)?;
-    let (store, now) = (app.engine().store().clone(), app.engine().now());
+    let (store, now) = (app.store(), app.engine().now());
     let (token, _) =
         tokio::task::spawn_blocking(move || store.create_token("demo", crate::store::TokenScope::Admin, now))
             .await

@@ -92,7 +92,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             eprint!("{}", out.notes);
             Ok(())
         }
-        Command::Admin { command } => cli::admin(command, &mut std::io::stdout()),
+        Command::Admin { command } => cli::admin(command, pollster::model::Timestamp::now(), &mut std::io::stdout()),
     }
 }
 

@@ -21,9 +21,9 @@ const RESTORE_SPARE_BYTES: u64 = 16 << 20;
 /// The audit row of a CLI action: no source address (there is no request).
 /// It is for the sink too: the server delivers it when it starts with one,
 /// and clears it with the rest of the outbox when it starts without.
-fn cli_row(action: &str, target: &str) -> OutboxEvent {
-    let event = Event::operator(Timestamp::now(), CLI_ACTOR, action, target);
-    let mut row = event.to_outbox(&mut rand::rng());
+fn cli_row(action: &str, target: &str, now: Timestamp) -> OutboxEvent {
+    let event = Event::operator(now, CLI_ACTOR, action, target);
+    let mut row = event.to_outbox(&mut rand::rand_core::UnwrapErr(rand::rngs::SysRng));
     row.audit = Some(AuditStamp {
         time: event.time,
         source: None,
@@ -129,7 +129,7 @@ fn sync_parent(path: &Path) {
 /// key is written beside the old one first (`secret.key.new`) and renamed
 /// over it once the database has committed; the old key is kept as
 /// `secret.key.old`.
-pub fn rotate_key(dir: &DataDirArgs) -> Result<String, Failure> {
+pub fn rotate_key(dir: &DataDirArgs, now: Timestamp) -> Result<String, Failure> {
     let (store, file) = open_sealed(dir)?;
     let old_text = std::fs::read(&file.path).map_err(|e| fail(format!("{}: {e}", file.path.display())))?;
     let new = DataKey::generate().map_err(fail)?;
@@ -141,7 +141,7 @@ pub fn rotate_key(dir: &DataDirArgs) -> Result<String, Failure> {
     };
     write(&new_path, new.to_file_text().as_bytes())?;
     write(&old_path, &old_text)?;
-    let row = cli_row("key.rotate", &file.path.display().to_string());
+    let row = cli_row("key.rotate", &file.path.display().to_string(), now);
     let n = match store.reseal_with_events(&new, &[row]) {
         Ok(n) => n,
         Err(e) => {
@@ -172,7 +172,7 @@ pub fn rotate_key(dir: &DataDirArgs) -> Result<String, Failure> {
 
 /// Writes an encrypted backup of a stopped server's database to `out`. The
 /// copy goes through a work file in the data directory, not memory.
-pub fn backup(dir: &DataDirArgs, passphrase_file: &Path, out: &Path) -> Result<String, Failure> {
+pub fn backup(dir: &DataDirArgs, passphrase_file: &Path, out: &Path, now: Timestamp) -> Result<String, Failure> {
     let pass = read_passphrase(passphrase_file)?;
     let (store, _) = open_sealed(dir)?;
     let work = WorkFile(with_suffix(store.path(), &format!(".backup-{}", std::process::id())));
@@ -194,7 +194,7 @@ pub fn backup(dir: &DataDirArgs, passphrase_file: &Path, out: &Path) -> Result<S
         return Err(fail(format!("cannot write {}: {e}", out.display())));
     }
     sync_parent(out);
-    store.append_outbox(&[cli_row("backup.create", &out.display().to_string())])?;
+    store.append_outbox(&[cli_row("backup.create", &out.display().to_string(), now)])?;
     Ok(format!("wrote an encrypted backup to {}\n", out.display()))
 }
 
@@ -203,11 +203,17 @@ pub fn backup(dir: &DataDirArgs, passphrase_file: &Path, out: &Path) -> Result<S
 /// directory's key (made now if there is none yet). The inside is streamed
 /// to a work file in the data directory (never held in memory), refused
 /// when the disk cannot hold it and its sealed copy.
-pub fn restore(dir: &DataDirArgs, file: &Path, passphrase_file: &Path, max_work_factor: u8) -> Result<String, Failure> {
+pub fn restore(
+    dir: &DataDirArgs,
+    file: &Path,
+    passphrase_file: &Path,
+    max_work_factor: u8,
+    now: Timestamp,
+) -> Result<String, Failure> {
     let pass = read_passphrase(passphrase_file)?;
     let (data_dir, env) = locate(dir)?;
     let existed = data_dir.exists();
-    let result = restore_into(&data_dir, env.as_deref(), file, &pass, max_work_factor);
+    let result = restore_into(&data_dir, env.as_deref(), file, &pass, max_work_factor, now);
     if result.is_err() && !existed {
         // Only if still empty: nothing of the failed restore is left.
         let _ = std::fs::remove_dir(&data_dir);
@@ -221,6 +227,7 @@ fn restore_into(
     file: &Path,
     pass: &str,
     max_work_factor: u8,
+    now: Timestamp,
 ) -> Result<String, Failure> {
     let cannot_read = |e: std::io::Error| config_failure(format!("cannot read {}: {e}", file.display()));
     let input = std::fs::File::open(file).map_err(cannot_read)?;
@@ -265,7 +272,7 @@ fn restore_into(
         }
         None => (DataKey::generate().map_err(fail)?, true),
     };
-    let row = cli_row("backup.restore", &file.display().to_string());
+    let row = cli_row("backup.restore", &file.display().to_string(), now);
     let checked = crate::store::check_backup(&plain.0, &key, data_dir, &[row]).map_err(|e| match e {
         StoreError::Corrupt { .. }
         | StoreError::Sealed { .. }

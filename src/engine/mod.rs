@@ -222,7 +222,7 @@ impl Shared {
         let snapshots = snapshot::SnapshotSource::new(core.clone(), budgets.clone(), ports.clock.clone());
         let metrics = Metrics::new(snapshots, catalog.clone())?;
         let sink_config = Mutex::new(sink.clone());
-        let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?);
+        let sink = Sink::new(sink, SinkMetrics::register(&metrics.registry)?, ports.clock.clone());
         sink.attach_outbox(store.clone());
         sink.seed_ids(ports.event_id_rng());
         let tasks = match &ports.tasks {
@@ -273,6 +273,11 @@ impl Shared {
         f(&mut b, CoreKey(&self.core))
     }
 
+    /// The database, event sink and metrics this state was built with.
+    pub fn parts(&self) -> (Store, Sink, Metrics) {
+        (self.store.clone(), self.sink.clone(), self.metrics.clone())
+    }
+
     /// The engine's time (its [`Clock`]).
     pub fn now(&self) -> Timestamp {
         self.clock.now()
@@ -284,6 +289,19 @@ impl Shared {
 
     pub fn monitoring(&self) -> MonitoringSettings {
         self.core().scheduler.settings().clone()
+    }
+
+    /// The items a fan-out group polls on `instance`, as last learned
+    /// (empty for a group without fan-out).
+    pub(crate) fn fan_out_items(
+        &self,
+        instance: &crate::model::InstanceConfig,
+        group: &crate::model::GroupDef,
+    ) -> Vec<String> {
+        if group.fan_out.is_none() {
+            return Vec::new();
+        }
+        self.budgets(|b, _| plan::fan_out_items(instance, &b.shapes, group).to_vec())
     }
 
     /// Wake the dispatcher: something about the schedule changed.
@@ -594,6 +612,13 @@ impl Engine {
     /// The handle the layers above use.
     pub fn handle(&self) -> EngineHandle {
         EngineHandle::new(self.shared.clone())
+    }
+
+    /// The database, event sink and metrics the engine was built with, for
+    /// whoever assembles the layers above (they share them, not through
+    /// the handle).
+    pub fn parts(&self) -> (Store, Sink, Metrics) {
+        self.shared.parts()
     }
 
     /// Stop dispatching, give polls in flight up to `grace` to finish, then

@@ -15,22 +15,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::sync::Arc;
 
-/// Where the engine reads the time. Sleeps go through tokio's timer, so a
-/// clock must agree with it: [`SystemClock`] in production (tokio runs on
-/// real time), [`TokioClock`] on paused time.
-pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
-    fn now(&self) -> Timestamp;
-}
-
-/// The wall clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Timestamp {
-        Timestamp::now()
-    }
-}
+pub use crate::model::{Clock, SystemClock};
 
 /// A clock that starts at a given time and moves with tokio's clock: on
 /// paused time (`#[tokio::test(start_paused = true)]`), it moves only when

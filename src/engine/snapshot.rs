@@ -17,16 +17,221 @@ pub use crate::read_model::{
     RECENT_DEAD_LETTERS, STALEST, Snapshot, TakeSnapshot, TaskRow, TypeCounts,
 };
 
+use super::EngineHandle;
 use super::budget::BudgetState;
 use super::{Core, CoreGuard, Shared};
 use crate::core::Scheduler;
+use crate::core::plan::{self, PoolStatus, Unbudgeted};
 use crate::core::staleness;
 use crate::core::task::breaker_at;
 use crate::model::{BreakerState, TaskKey, TaskRecord, Timestamp};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The queries of [`EngineHandle`] that read the schedule and the pools
+/// (the plan view, instance lists, the dead-letter queue, budgets): each
+/// takes the locks briefly and returns an owned copy, like [`Shared::snapshot`].
+impl EngineHandle {
+    /// One pool's budget in force and planned instances.
+    pub fn pool_budget(&self, pool: &str) -> PoolBudget {
+        self.0.budgets(|b, _| PoolBudget {
+            effective_rps: b.effective_rps(pool),
+            instances: b.plans.get(pool).map(|p| p.instances).unwrap_or(0),
+        })
+    }
+
+    /// Every pool's budget in force (AIMD applied), read at one moment.
+    pub fn effective_budgets(&self) -> BTreeMap<String, f64> {
+        self.0
+            .budgets(|b, _| b.aimd.iter().map(|(name, a)| (name.clone(), a.effective())).collect())
+    }
+
+    /// Where each pool that AIMD holds below its budget stands at `now`.
+    pub fn aimd_outlook(&self, now: Timestamp) -> BTreeMap<String, crate::core::aimd::Outlook> {
+        let settings = super::budget::aimd_settings(&self.0.monitoring().scheduler);
+        self.0.budgets(|b, _| {
+            b.aimd
+                .iter()
+                .filter_map(|(name, a)| {
+                    let shedding = b.plans.get(name).is_some_and(|p| p.plan.groups.iter().any(|g| g.shed));
+                    Some((name.clone(), a.outlook(now, &settings, shedding)?))
+                })
+                .collect()
+        })
+    }
+
+    /// The plans, pauses and last attempts at `now`.
+    pub fn plan_reading(&self, now: Timestamp) -> PlanReading {
+        let cat = self.0.catalog();
+        let settings = self.0.monitoring().scheduler;
+        let (pools, unbudgeted, solved_at) = self.0.budgets(|b, _| {
+            let pools: Vec<(PoolStatus, f64)> = b
+                .plans
+                .values()
+                .map(|p| (p.clone(), b.effective_rps(&p.name)))
+                .collect();
+            (pools, plan::unbudgeted(&cat, &b.shapes, &settings), b.solved_at)
+        });
+        let mut paused_until = HashMap::new();
+        let mut last_attempt: HashMap<GroupOfPool, Timestamp> = HashMap::new();
+        {
+            let c = self.0.core();
+            let s = &c.scheduler;
+            for (p, _) in &pools {
+                if let Some(until) = s.pool_bucket(&p.name).and_then(|b| b.paused_until(now)) {
+                    paused_until.insert(p.name.clone(), until);
+                }
+            }
+            for t in s.tasks() {
+                if let Some(at) = t.rec.last_attempt {
+                    let e = last_attempt
+                        .entry((t.meta.pool.clone(), t.meta.type_name.clone(), t.key.group.clone()))
+                        .or_insert(at);
+                    *e = (*e).max(at);
+                }
+            }
+        }
+        PlanReading {
+            pools,
+            unbudgeted,
+            settings,
+            solved_at,
+            paused_until,
+            last_attempt,
+        }
+    }
+
+    /// One page of the dead-letter queue (oldest first), and the queue's
+    /// length.
+    pub fn dead_letter_page(&self, skip: usize, take: usize) -> (usize, Vec<DeadLetterEntry>) {
+        let c = self.0.core();
+        let all = c.scheduler.dead_letters();
+        let page = all
+            .iter()
+            .skip(skip)
+            .take(take)
+            .filter_map(|t| DeadLetterEntry::of(&t.key, &t.meta.type_name, &t.rec))
+            .collect();
+        (all.len(), page)
+    }
+
+    /// The health of every task, for per-instance summaries.
+    pub fn task_health(&self) -> Vec<TaskHealth> {
+        let c = self.0.core();
+        c.scheduler
+            .tasks()
+            .map(|t| TaskHealth {
+                instance: t.key.instance.clone(),
+                disabled: t.rec.disabled,
+                dead_lettered: t.rec.dead_letter.is_some(),
+                failures: t.rec.failures,
+                last_success: t.rec.last_success,
+                rate_limited: t.rec.last_error.as_ref().is_some_and(|e| e.is_rate_limited()),
+            })
+            .collect()
+    }
+
+    /// The tasks `keys` name, as the scheduler holds them now, each with
+    /// the interval it is on; a key with no task (not placed yet, or
+    /// removed) is left out. Copies, in the order of `keys`.
+    pub fn tasks_of(&self, keys: &[TaskKey]) -> Vec<TaskView> {
+        let c = self.0.core();
+        let s = &c.scheduler;
+        keys.iter()
+            .filter_map(|k| s.get(k))
+            .map(|t| TaskView {
+                key: t.key.clone(),
+                priority: t.meta.priority,
+                planned: t.meta.planned,
+                phase: TaskPhase::of(&t.state),
+                rec: t.rec.clone(),
+                interval: s.interval_of(t),
+            })
+            .collect()
+    }
+}
+
+/// A budget pool as it stands: its budget in force (AIMD applied) and how
+/// many instances its plan covers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolBudget {
+    pub effective_rps: f64,
+    pub instances: usize,
+}
+
+/// (pool, type, group) of a task; a task with no pool has `None`.
+pub type GroupOfPool = (Option<Arc<str>>, Arc<str>, Arc<str>);
+
+/// Everything the plan view (`/status`, the groups API) shows, copied in
+/// one go.
+#[derive(Debug, Clone)]
+pub struct PlanReading {
+    /// Every pool's solved plan, by name, with its budget in force.
+    pub pools: Vec<(PoolStatus, f64)>,
+    /// The instances with no pool (`None`: there are none).
+    pub unbudgeted: Option<Unbudgeted>,
+    /// The scheduler settings the plans were read with.
+    pub settings: crate::model::SchedulerSettings,
+    /// When the plans were last solved.
+    pub solved_at: Timestamp,
+    /// Pools paused by a `Retry-After`, until when.
+    pub paused_until: HashMap<String, Timestamp>,
+    /// The latest attempt of any task, per (pool, type, group).
+    pub last_attempt: HashMap<GroupOfPool, Timestamp>,
+}
+
+/// One task's health, as the instance list summarises it.
+#[derive(Debug, Clone)]
+pub struct TaskHealth {
+    pub instance: Arc<str>,
+    pub disabled: bool,
+    pub dead_lettered: bool,
+    pub failures: u32,
+    pub last_success: Option<Timestamp>,
+    /// Its polls since the last success only got HTTP 429.
+    pub rate_limited: bool,
+}
+
+/// Where a task stands, as [`TaskView`] shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskPhase {
+    /// Waiting for its next run.
+    Queued,
+    /// A poll of it is running.
+    InFlight,
+    /// Held out of the schedule, for the reason named.
+    Held(&'static str),
+    /// Discarded by an operator.
+    Discarded,
+}
+
+impl TaskPhase {
+    fn of(state: &crate::core::scheduler::TaskState) -> TaskPhase {
+        use crate::core::scheduler::{Parked, TaskState};
+        match state {
+            TaskState::Parked(Parked::Discarded) => TaskPhase::Discarded,
+            TaskState::Parked(Parked::Held(h)) => TaskPhase::Held(h.as_str()),
+            TaskState::InFlight { .. } => TaskPhase::InFlight,
+            TaskState::Queued { .. } => TaskPhase::Queued,
+        }
+    }
+}
+
+/// A copy of one task, as [`EngineHandle::tasks_of`] reads it.
+#[derive(Debug, Clone)]
+pub struct TaskView {
+    pub key: TaskKey,
+    pub priority: u8,
+    /// The interval its plan gives it.
+    pub planned: std::time::Duration,
+    pub phase: TaskPhase,
+    pub rec: TaskRecord,
+    /// The interval the task is on now (adaptive and planned).
+    pub interval: std::time::Duration,
+}
 
 /// A task below this staleness score, and not stale, counts as fresh; above
 /// it, as aging.

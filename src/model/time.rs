@@ -5,6 +5,24 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// Where the engine, and the event sink it runs, read the time. Sleeps go
+/// through tokio's timer, so a clock must agree with it: [`SystemClock`] in
+/// production (tokio runs on real time), `engine::ports::TokioClock` on
+/// paused time.
+pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
+    fn now(&self) -> Timestamp;
+}
+
+/// The wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
 /// Milliseconds since the Unix epoch. The scheduling core only ever sees these
 /// values; the engine reads its clock (see `engine::ports`) and passes them in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
@@ -21,6 +39,10 @@ impl Timestamp {
     }
     pub fn now() -> Self {
         Self::from_system_time(std::time::SystemTime::now())
+    }
+    /// The same instant as a [`std::time::SystemTime`].
+    pub fn to_system_time(self) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + Duration::from_millis(self.0)
     }
     pub fn plus(self, d: Duration) -> Self {
         Timestamp(self.0.saturating_add(d.as_millis().min(u64::MAX as u128) as u64))

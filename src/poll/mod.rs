@@ -57,16 +57,16 @@ pub mod tls;
 mod tests;
 
 use crate::model::{
-    Auth, BaseUrl, ErrorCategory, ErrorKind, FailedItem, GroupDef, InstanceConfig, KeptBody, PollError, PollResult,
-    PollSuccess, Polled, PolledJson, parse_fingerprint,
+    Auth, BaseUrl, Clock, ErrorCategory, ErrorKind, FailedItem, GroupDef, InstanceConfig, KeptBody, PollError,
+    PollResult, PollSuccess, Polled, PolledJson, SystemClock, parse_fingerprint,
 };
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 pub use classify::{classify_status, classify_transport, parse_retry_after, response_error};
 
@@ -98,6 +98,8 @@ pub struct Poller {
     pinned: Mutex<HashMap<[u8; 32], reqwest::Client>>,
     /// Accepts any certificate (`tls_verify = false`); built on first use.
     insecure: Mutex<Option<reqwest::Client>>,
+    /// Where a `Retry-After` date is measured from: the engine's clock.
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Poller {
@@ -115,7 +117,14 @@ impl Poller {
             verified: base_builder().build()?,
             pinned: Mutex::new(HashMap::new()),
             insecure: Mutex::new(None),
+            clock: Arc::new(SystemClock),
         })
+    }
+
+    /// This poller, reading the time (for a `Retry-After` date) from
+    /// `clock` instead of the wall clock.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Poller {
+        Poller { clock, ..self }
     }
 
     /// One execution of `group` against `instance`. Never panics; never
@@ -183,7 +192,7 @@ impl Poller {
         let mut response = request.send().await.map_err(|e| classify_transport(&e))?;
 
         let status = response.status().as_u16();
-        if let Some(error) = classify::response_error(status, response.headers(), SystemTime::now()) {
+        if let Some(error) = classify::response_error(status, response.headers(), self.clock.now().to_system_time()) {
             return Err(error);
         }
 

@@ -95,9 +95,11 @@ impl DataKey {
         format!("{}\n", STANDARD.encode(self.0))
     }
 
-    /// Seals `plaintext` for `aad` with a fresh random nonce.
+    /// Seals `plaintext` for `aad` with a fresh random nonce from the
+    /// operating system's generator (panics if it fails: a nonce must not
+    /// be guessable or repeat).
     pub fn seal(&self, aad: &str, plaintext: &str) -> String {
-        let mut rng = rand::rng();
+        let mut rng = rand::rand_core::UnwrapErr(rand::rngs::SysRng);
         self.seal_with(&mut rng, aad, plaintext)
     }
 

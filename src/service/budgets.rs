@@ -1,8 +1,8 @@
 //! Budget pools changed through the API or the pages.
 
+use super::Context;
 use super::error::{ServiceError, decode};
 use super::with_store;
-use crate::engine::EngineHandle;
 use crate::model::{BudgetConfig, FieldError};
 use crate::sink::event::{Event, SettingsSection};
 use crate::store::OutboxEvent;
@@ -16,7 +16,7 @@ pub const BUDGETS_KEY: &str = "budgets";
 /// (`requests_per_second`, `shared_fraction`, `burst`): validated, checked
 /// against the over-budget gate, stored, then applied at once (AIMD and the
 /// plan follow the new budget).
-pub async fn save(engine: &EngineHandle, name: &str, patch: Value, actor: &str) -> Result<BudgetConfig, ServiceError> {
+pub async fn save(cx: &Context, name: &str, patch: Value, actor: &str) -> Result<BudgetConfig, ServiceError> {
     let Some(obj) = patch.as_object() else {
         return Err(ServiceError::invalid(FieldError::new(
             "",
@@ -24,8 +24,8 @@ pub async fn save(engine: &EngineHandle, name: &str, patch: Value, actor: &str) 
             "must be a JSON object",
         )));
     };
-    let _edit = engine.edit_catalog().await;
-    let cat = engine.catalog();
+    let _edit = cx.engine.edit_catalog().await;
+    let cat = cx.engine.catalog();
     let mut doc = match cat.budgets.iter().find(|b| b.name == name) {
         Some(b) => serde_json::to_value(b).map_err(ServiceError::internal)?,
         None => serde_json::json!({ "name": name }),
@@ -51,12 +51,12 @@ pub async fn save(engine: &EngineHandle, name: &str, patch: Value, actor: &str) 
         None => next.budgets.push(budget.clone()),
     }
     drop(cat);
-    engine.check_gate(&next, &engine.monitoring())?;
+    cx.engine.check_gate(&next, &cx.engine.monitoring())?;
     let saved = budget.clone();
     let change = serde_json::to_value(&budget).unwrap_or(Value::Null);
-    let event = Event::settings(engine.now(), actor, SettingsSection::Budget, change);
-    let events: Vec<OutboxEvent> = engine.sink().stage(&event).into_iter().collect();
-    with_store(engine, move |store| {
+    let event = Event::settings(cx.engine.now(), actor, SettingsSection::Budget, change);
+    let events: Vec<OutboxEvent> = cx.sink.stage(&event).into_iter().collect();
+    with_store(cx, move |store| {
         let mut all = store
             .get_settings(BUDGETS_KEY)?
             .unwrap_or_else(|| serde_json::json!({}));
@@ -67,7 +67,7 @@ pub async fn save(engine: &EngineHandle, name: &str, patch: Value, actor: &str) 
         store.put_settings_with_events(BUDGETS_KEY, &all, &events)
     })
     .await?;
-    engine.set_catalog(next);
+    cx.engine.set_catalog(next);
     tracing::info!(pool = %name, actor, budget_rps = budget.budget_rps(), burst = budget.burst, "budget pool changed");
     Ok(budget)
 }

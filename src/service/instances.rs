@@ -3,10 +3,10 @@
 //! change event, then put in force; and the test that polls every group of
 //! one instance once, outside the schedule.
 
+use super::Context;
 use super::error::{Conflict, Missing, ServiceError};
 use super::{redact, with_store};
 use crate::core::catalog::Catalog;
-use crate::engine::EngineHandle;
 use crate::model::{ErrorCategory, ErrorKind, FieldError, InstanceConfig};
 use crate::sink::event::Event;
 use crate::store::OutboxEvent;
@@ -16,15 +16,9 @@ use std::time::{Duration, Instant};
 
 /// An instance change as an outbox row, naming the fields it set or changed
 /// (never their values: some are credentials).
-fn instance_event(
-    engine: &EngineHandle,
-    actor: &str,
-    action: &str,
-    target: &str,
-    fields: Vec<String>,
-) -> Vec<OutboxEvent> {
-    let event = Event::operator(engine.now(), actor, action, target).with_fields(fields);
-    engine.sink().stage(&event).into_iter().collect()
+fn instance_event(cx: &Context, actor: &str, action: &str, target: &str, fields: Vec<String>) -> Vec<OutboxEvent> {
+    let event = Event::operator(cx.engine.now(), actor, action, target).with_fields(fields);
+    cx.sink.stage(&event).into_iter().collect()
 }
 
 /// The fields of an instance that differ between `old` and `new` (every
@@ -67,18 +61,18 @@ pub fn changed_fields(old: Option<&InstanceConfig>, new: &InstanceConfig) -> Vec
     out
 }
 
-fn validate(engine: &EngineHandle, i: &InstanceConfig) -> Result<(), ServiceError> {
+fn validate(cx: &Context, i: &InstanceConfig) -> Result<(), ServiceError> {
     i.validate_fields()?;
-    engine.catalog().check_references(i)?;
+    cx.engine.catalog().check_references(i)?;
     Ok(())
 }
 
-async fn persist(engine: &EngineHandle, i: InstanceConfig, events: Vec<OutboxEvent>) -> Result<(), ServiceError> {
-    let mut next = (*engine.catalog()).clone();
+async fn persist(cx: &Context, i: InstanceConfig, events: Vec<OutboxEvent>) -> Result<(), ServiceError> {
+    let mut next = (*cx.engine.catalog()).clone();
     next.insert(i.clone(), false);
-    engine.check_gate(&next, &engine.monitoring())?;
-    with_store(engine, move |s| s.put_instance_with_events(&i, &events)).await?;
-    engine.set_catalog(next);
+    cx.engine.check_gate(&next, &cx.engine.monitoring())?;
+    with_store(cx, move |s| s.put_instance_with_events(&i, &events)).await?;
+    cx.engine.set_catalog(next);
     Ok(())
 }
 
@@ -98,10 +92,10 @@ fn editable<'a>(cat: &'a Catalog, name: &str, verb: &str) -> Result<&'a Instance
     Ok(&e.config)
 }
 
-pub async fn create(engine: &EngineHandle, i: InstanceConfig, actor: &str) -> Result<(), ServiceError> {
-    validate(engine, &i)?;
-    let _edit = engine.edit_catalog().await;
-    if engine.catalog().instances.contains_key(i.name.as_str()) {
+pub async fn create(cx: &Context, i: InstanceConfig, actor: &str) -> Result<(), ServiceError> {
+    validate(cx, &i)?;
+    let _edit = cx.engine.edit_catalog().await;
+    if cx.engine.catalog().instances.contains_key(i.name.as_str()) {
         return Err(ServiceError::conflict(
             Conflict::Duplicate,
             format!("an instance named {:?} already exists", i.name),
@@ -109,8 +103,8 @@ pub async fn create(engine: &EngineHandle, i: InstanceConfig, actor: &str) -> Re
         ));
     }
     let name = i.name.clone();
-    let events = instance_event(engine, actor, "instance.create", &name, changed_fields(None, &i));
-    persist(engine, i, events).await?;
+    let events = instance_event(cx, actor, "instance.create", &name, changed_fields(None, &i));
+    persist(cx, i, events).await?;
     tracing::info!(instance = %name, actor, "instance added");
     Ok(())
 }
@@ -118,14 +112,14 @@ pub async fn create(engine: &EngineHandle, i: InstanceConfig, actor: &str) -> Re
 /// Replace an instance. `keep_auth`: credentials are write-only, so a change
 /// that does not send them keeps the stored ones.
 pub async fn update(
-    engine: &EngineHandle,
+    cx: &Context,
     name: &str,
     mut i: InstanceConfig,
     keep_auth: bool,
     actor: &str,
 ) -> Result<InstanceConfig, ServiceError> {
-    let _edit = engine.edit_catalog().await;
-    let cat = engine.catalog();
+    let _edit = cx.engine.edit_catalog().await;
+    let cat = cx.engine.catalog();
     let existing = editable(&cat, name, "change")?;
     if i.name != name {
         return Err(ServiceError::invalid(FieldError::new(
@@ -159,26 +153,26 @@ pub async fn update(
             )));
         }
     }
-    validate(engine, &i)?;
+    validate(cx, &i)?;
     let fields = changed_fields(Some(existing), &i);
     drop(cat);
-    let events = instance_event(engine, actor, "instance.update", name, fields);
-    persist(engine, i.clone(), events).await?;
+    let events = instance_event(cx, actor, "instance.update", name, fields);
+    persist(cx, i.clone(), events).await?;
     tracing::info!(instance = %name, actor, "instance updated");
     Ok(i)
 }
 
-pub async fn delete(engine: &EngineHandle, name: &str, actor: &str) -> Result<(), ServiceError> {
-    let _edit = engine.edit_catalog().await;
-    let cat = engine.catalog();
+pub async fn delete(cx: &Context, name: &str, actor: &str) -> Result<(), ServiceError> {
+    let _edit = cx.engine.edit_catalog().await;
+    let cat = cx.engine.catalog();
     editable(&cat, name, "remove")?;
     let n = name.to_string();
-    let events = instance_event(engine, actor, "instance.delete", name, Vec::new());
-    with_store(engine, move |s| s.delete_instance_with_events(&n, &events)).await?;
+    let events = instance_event(cx, actor, "instance.delete", name, Vec::new());
+    with_store(cx, move |s| s.delete_instance_with_events(&n, &events)).await?;
     let mut next = (*cat).clone();
     next.instances.remove(name);
     drop(cat);
-    engine.set_catalog(next);
+    cx.engine.set_catalog(next);
     tracing::info!(instance = %name, actor, "instance deleted");
     Ok(())
 }
@@ -216,8 +210,8 @@ pub struct TestError {
 }
 
 /// Run every group of the instance once, now, outside the schedule.
-pub async fn test(engine: &EngineHandle, name: &str) -> Result<Vec<GroupTest>, ServiceError> {
-    let cat = engine.catalog();
+pub async fn test(cx: &Context, name: &str) -> Result<Vec<GroupTest>, ServiceError> {
+    let cat = cx.engine.catalog();
     let e = cat
         .instances
         .get(name)
@@ -231,12 +225,12 @@ pub async fn test(engine: &EngineHandle, name: &str) -> Result<Vec<GroupTest>, S
     // The facts the instance has learned, and what this run learns (groups
     // run in the type's order, so a fact group listed first serves the
     // rest).
-    let mut facts = engine.latest().facts_of(name).map(|f| (*f).clone()).unwrap_or_default();
+    let mut facts = cx.engine.facts_of(name).map(|f| (*f).clone()).unwrap_or_default();
     for g in groups {
         let started = Instant::now();
-        let items = engine.fan_out_items(&e.config, &g);
+        let items = cx.engine.fan_out_items(&e.config, &g);
         let hard = crate::poll::deadline(&e.config, &g, items.len()) + Duration::from_millis(500);
-        let r = tokio::time::timeout(hard, engine.fetch().fetch(&e.config, None, &g, &items)).await;
+        let r = tokio::time::timeout(hard, cx.engine.probe(&e.config, &g, &items)).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         results.push(match r {
             Ok(Ok(ok)) => {

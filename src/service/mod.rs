@@ -16,15 +16,25 @@ pub mod tokens;
 pub use error::{Conflict, Missing, ServiceError};
 
 use crate::engine::EngineHandle;
+use crate::sink::Sink;
 use crate::store::{Store, StoreError};
+
+/// What the operations work on: the engine, through its commands and
+/// queries, and the database and event sink it shares with them.
+#[derive(Clone)]
+pub struct Context {
+    pub engine: EngineHandle,
+    pub store: Store,
+    pub sink: Sink,
+}
 
 /// Run a store call on a blocking thread: a redb transaction blocks, and
 /// must neither run on an async worker nor be held across an `.await`.
 async fn with_store<T: Send + 'static>(
-    engine: &EngineHandle,
+    cx: &Context,
     f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, ServiceError> {
-    let store = engine.store().clone();
+    let store = cx.store.clone();
     match tokio::task::spawn_blocking(move || f(&store)).await {
         Ok(r) => Ok(r?),
         Err(e) => Err(ServiceError::internal(e)),

@@ -2,9 +2,9 @@
 //! against everything else, checked against the over-budget gate, stored
 //! with their change event, and put in force at once.
 
+use super::Context;
 use super::error::{Conflict, ServiceError};
 use super::with_store;
-use crate::engine::EngineHandle;
 use crate::engine::settings::SettingsError;
 use crate::model::FieldError;
 use crate::sink::event::{Event, SettingsSection};
@@ -17,7 +17,7 @@ pub const SETTINGS_KEY: &str = "monitoring";
 /// Validate a partial settings document against everything else, save it,
 /// and apply it at once. Invalid: [`ServiceError::Invalid`] with every
 /// violation.
-pub async fn save(engine: &EngineHandle, mut patch: Value, actor: &str) -> Result<(), ServiceError> {
+pub async fn save(cx: &Context, mut patch: Value, actor: &str) -> Result<(), ServiceError> {
     if let Some(o) = patch.as_object_mut() {
         // Echoing back a GET document is allowed: `locked` is informational.
         match o.remove("locked") {
@@ -31,8 +31,8 @@ pub async fn save(engine: &EngineHandle, mut patch: Value, actor: &str) -> Resul
             }
         }
     }
-    let _edit = engine.edit_settings().await;
-    let (saved, effective) = match engine.propose_settings(&patch) {
+    let _edit = cx.engine.edit_settings().await;
+    let (saved, effective) = match cx.engine.propose_settings(&patch) {
         Ok(p) => p,
         Err(SettingsError::Locked(field, var)) => {
             return Err(ServiceError::conflict(
@@ -43,12 +43,12 @@ pub async fn save(engine: &EngineHandle, mut patch: Value, actor: &str) -> Resul
         }
         Err(SettingsError::Invalid(errs)) => return Err(ServiceError::Invalid(errs)),
     };
-    engine.check_gate(&engine.catalog(), &effective)?;
+    cx.engine.check_gate(&cx.engine.catalog(), &effective)?;
     let doc = saved.clone();
-    let event = Event::settings(engine.now(), actor, SettingsSection::Monitoring, patch.clone());
-    let events: Vec<OutboxEvent> = engine.sink().stage(&event).into_iter().collect();
-    with_store(engine, move |s| s.put_settings_with_events(SETTINGS_KEY, &doc, &events)).await?;
-    engine.apply_saved_settings(saved, effective);
+    let event = Event::settings(cx.engine.now(), actor, SettingsSection::Monitoring, patch.clone());
+    let events: Vec<OutboxEvent> = cx.sink.stage(&event).into_iter().collect();
+    with_store(cx, move |s| s.put_settings_with_events(SETTINGS_KEY, &doc, &events)).await?;
+    cx.engine.apply_saved_settings(saved, effective);
     tracing::info!(actor, change = %patch, "monitoring settings changed");
     Ok(())
 }

@@ -1,10 +1,10 @@
 //! The event sink's settings changed through the API or the pages, and
 //! its test event.
 
+use super::Context;
 use super::error::{Conflict, ServiceError, decode};
 use super::{redact, with_store};
 use crate::config::SinkConfig;
-use crate::engine::EngineHandle;
 use crate::model::FieldError;
 use crate::sink::event::{Event, SettingsSection};
 use crate::store::SINK_SETTINGS;
@@ -57,10 +57,10 @@ fn locked(field: impl Into<String>, message: String) -> ServiceError {
 /// a whole (naming the field), refused for a field an environment variable
 /// sets ([`Conflict::Locked`]), stored, and applied at once. Returns the
 /// sink in force (`None`: off).
-pub async fn save(engine: &EngineHandle, patch: Value, actor: &str) -> Result<Option<SinkConfig>, ServiceError> {
-    let _edit = engine.edit_settings().await;
-    let locked_fields = engine.locked_sink();
-    let current = engine.sink_config();
+pub async fn save(cx: &Context, patch: Value, actor: &str) -> Result<Option<SinkConfig>, ServiceError> {
+    let _edit = cx.engine.edit_settings().await;
+    let locked_fields = cx.engine.locked_sink();
+    let current = cx.engine.sink_config();
     let enabled = match patch.get("enabled") {
         None => None,
         Some(Value::Bool(b)) => Some(*b),
@@ -181,7 +181,7 @@ pub async fn save(engine: &EngineHandle, patch: Value, actor: &str) -> Result<Op
     };
     let saved = serde_json::to_value(&next).map_err(ServiceError::internal)?;
     let event = Event::settings(
-        engine.now(),
+        cx.engine.now(),
         actor,
         SettingsSection::Sink,
         next.as_ref().map(shown).unwrap_or(Value::Null),
@@ -189,20 +189,17 @@ pub async fn save(engine: &EngineHandle, patch: Value, actor: &str) -> Result<Op
     // Always to the audit trail. To the sink by the new settings, not the
     // old: a sink turned on records it; one turned off has no receiver to
     // tell.
-    let events = vec![engine.sink().stage_audited(&event, next.is_some())];
-    with_store(engine, move |s| {
-        s.put_settings_with_events(SINK_SETTINGS, &saved, &events)
-    })
-    .await?;
-    engine.apply_sink_config(next.clone());
+    let events = vec![cx.sink.stage_audited(&event, next.is_some())];
+    with_store(cx, move |s| s.put_settings_with_events(SINK_SETTINGS, &saved, &events)).await?;
+    cx.engine.apply_sink_config(next.clone());
     tracing::info!(actor, enabled = next.is_some(), "event sink settings changed");
     Ok(next)
 }
 
 /// Ship one test event now, outside the queue. `Ok(Err(why))`: the test
 /// ran and the destination did not take the event.
-pub async fn send_test(engine: &EngineHandle, actor: &str) -> Result<Result<(), String>, ServiceError> {
-    match engine.sink().send_test(actor).await {
+pub async fn send_test(cx: &Context, actor: &str) -> Result<Result<(), String>, ServiceError> {
+    match cx.sink.send_test(actor).await {
         Ok(()) => Ok(Ok(())),
         Err(e @ crate::sink::SendError::Disabled) => {
             Err(ServiceError::conflict(Conflict::SinkDisabled, e.to_string(), None))

@@ -51,7 +51,7 @@ pub(super) async fn drive(inner: Arc<Inner>) {
                     let (s, r) = read.expect("checked");
                     Step::Read(s, r)
                 }
-                (Some(target), _) => match st.core.next(Timestamp::now()) {
+                (Some(target), _) => match st.core.next(inner.clock.now()) {
                     Next::Idle => Step::Wait(None),
                     Next::WaitUntil(at) => Step::Wait(Some(at)),
                     Next::Send(batch) => Step::Send(target, batch, st.request_timeout),
@@ -61,7 +61,7 @@ pub(super) async fn drive(inner: Arc<Inner>) {
         match step {
             Step::Wait(None) => inner.wake.notified().await,
             Step::Wait(Some(at)) => {
-                let delay = Duration::from_millis(at.0.saturating_sub(Timestamp::now().0)).min(MAX_SLEEP);
+                let delay = Duration::from_millis(at.0.saturating_sub(inner.clock.now().0)).min(MAX_SLEEP);
                 tokio::select! {
                     _ = inner.wake.notified() => {}
                     _ = tokio::time::sleep(delay) => {}

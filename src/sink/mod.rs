@@ -55,7 +55,7 @@ pub use event::{
 pub use metrics::SinkMetrics;
 
 use crate::config::SinkConfig;
-use crate::model::{Timestamp, duration_str};
+use crate::model::{Clock, SystemClock, Timestamp, duration_str};
 use crate::store::{OutboxEvent, Store};
 use delivery::{Target, http_client, post};
 use driver::{AliveGuard, drive};
@@ -133,6 +133,8 @@ struct Inner {
     /// Where event ids draw their random bits: seeded by the engine's RNG
     /// ([`Sink::seed_ids`]), from the OS until then.
     ids: Mutex<rand::rngs::StdRng>,
+    /// Where the sink reads the time: the engine's clock.
+    clock: Arc<dyn Clock>,
 }
 
 struct State {
@@ -158,8 +160,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Sink {
     /// A sink shipping to `config` (not validated here: pass a config that
     /// passed [`SinkConfig::validate`]), or a disabled sink for `None`.
-    /// Nothing is sent until [`Sink::start`].
-    pub fn new(config: Option<SinkConfig>, metrics: SinkMetrics) -> Sink {
+    /// Nothing is sent until [`Sink::start`]. Every `now` it uses (batch
+    /// timing, retries, the test event's time) is read from `clock`.
+    pub fn new(config: Option<SinkConfig>, metrics: SinkMetrics, clock: Arc<dyn Clock>) -> Sink {
         let limits = config.as_ref().map(Limits::from_config).unwrap_or_default();
         let enabled = config.is_some();
         let state = State {
@@ -185,6 +188,7 @@ impl Sink {
                 driver: Mutex::new(None),
                 outbox: OnceLock::new(),
                 ids: Mutex::new(rand::make_rng()),
+                clock,
             }),
         }
     }
@@ -196,7 +200,7 @@ impl Sink {
 
     /// A disabled sink with unregistered metrics.
     pub fn disabled() -> Sink {
-        Sink::new(None, SinkMetrics::unregistered())
+        Sink::new(None, SinkMetrics::unregistered(), Arc::new(SystemClock))
     }
 
     /// Read change events from `store`'s outbox and hear of its commits.
@@ -297,7 +301,7 @@ impl Sink {
             if st.target.is_none() || st.stopped {
                 return;
             }
-            let wake = st.core.push(line, Timestamp::now());
+            let wake = st.core.push(line, self.inner.clock.now());
             self.inner.publish(&mut st);
             wake
         };
@@ -381,7 +385,7 @@ impl Sink {
                 None => return Err(SendError::Disabled),
             }
         };
-        let line = Event::test(Timestamp::now(), actor, "test event from Pollster").to_line();
+        let line = Event::test(self.inner.clock.now(), actor, "test event from Pollster").to_line();
         let lines: Arc<[String]> = Arc::from(vec![line]);
         post(&self.inner.client, &target, lines, timeout).await
     }
@@ -467,7 +471,7 @@ impl Inner {
 
     /// Record a batch's outcome, update the metrics and log.
     fn settle(&self, batch: &Batch, outcome: Outcome) {
-        let now = Timestamp::now();
+        let now = self.clock.now();
         let error = match &outcome {
             Outcome::Ok => None,
             Outcome::Retryable(e) | Outcome::Rejected(e) => Some(e.clone()),

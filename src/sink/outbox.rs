@@ -4,7 +4,6 @@
 //! never held across them.
 
 use super::{Batch, Inner, OutboxRead, lock};
-use crate::model::Timestamp;
 use crate::store::Store;
 
 impl Inner {
@@ -62,7 +61,7 @@ impl Inner {
             Ok::<_, crate::store::StoreError>((rows, seen, bad))
         })
         .await;
-        let now = Timestamp::now();
+        let now = self.clock.now();
         match result {
             Ok(Ok((rows, seen, bad))) => {
                 for (seq, e) in &bad {

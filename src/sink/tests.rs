@@ -170,7 +170,7 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 fn started(config: SinkConfig) -> (Sink, SinkMetrics) {
     let metrics = SinkMetrics::unregistered();
-    let sink = Sink::new(Some(config), metrics.clone());
+    let sink = Sink::new(Some(config), metrics.clone(), Arc::new(crate::model::SystemClock));
     sink.start();
     (sink, metrics)
 }
@@ -299,7 +299,7 @@ async fn a_full_queue_drops_the_oldest() {
     let metrics = SinkMetrics::register(&registry).expect("register");
     let mut c = config(&rx, 100, 200);
     c.queue_limit = 5;
-    let sink = Sink::new(Some(c), metrics.clone());
+    let sink = Sink::new(Some(c), metrics.clone(), Arc::new(crate::model::SystemClock));
     sink.start();
     for n in 0..8 {
         sink.emit(&ev(n));
@@ -346,7 +346,11 @@ async fn shutdown_flushes_what_is_queued() {
 #[tokio::test]
 async fn shutdown_without_a_driver_still_flushes() {
     let rx = Receiver::start().await;
-    let sink = Sink::new(Some(config(&rx, 2, 60_000)), SinkMetrics::unregistered());
+    let sink = Sink::new(
+        Some(config(&rx, 2, 60_000)),
+        SinkMetrics::unregistered(),
+        Arc::new(crate::model::SystemClock),
+    );
     for n in 0..5 {
         sink.emit(&ev(n));
     }
@@ -452,7 +456,11 @@ async fn status_reports_the_config() {
     let rx = Receiver::start().await;
     let mut c = config(&rx, 500, 2000);
     c.url = format!("http://user:hunter2@{}/ingest", rx.addr);
-    let sink = Sink::new(Some(c), SinkMetrics::unregistered());
+    let sink = Sink::new(
+        Some(c),
+        SinkMetrics::unregistered(),
+        Arc::new(crate::model::SystemClock),
+    );
     let v = serde_json::to_value(sink.status()).expect("json");
     assert_eq!(v["enabled"], true);
     assert_eq!(v["url"], format!("http://user:***@{}/ingest", rx.addr));
@@ -500,7 +508,11 @@ async fn send_test_posts_one_event_at_once() {
     let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}/", closed.local_addr().expect("addr"));
     drop(closed);
-    let nowhere = Sink::new(Some(SinkConfig::new(url)), SinkMetrics::unregistered());
+    let nowhere = Sink::new(
+        Some(SinkConfig::new(url)),
+        SinkMetrics::unregistered(),
+        Arc::new(crate::model::SystemClock),
+    );
     let err = nowhere.send_test("admin").await.expect_err("refused").to_string();
     assert!(err.starts_with("connection failed"), "{err}");
 }
@@ -541,7 +553,11 @@ async fn reconfigure_moves_to_a_new_url_and_disables() {
 async fn disabling_drops_what_is_held() {
     let rx = Receiver::start().await;
     let metrics = SinkMetrics::unregistered();
-    let sink = Sink::new(Some(config(&rx, 100, 60_000)), metrics.clone());
+    let sink = Sink::new(
+        Some(config(&rx, 100, 60_000)),
+        metrics.clone(),
+        Arc::new(crate::model::SystemClock),
+    );
     for n in 0..4 {
         sink.emit(&ev(n));
     }
@@ -627,7 +643,7 @@ fn ids(lines: &[String]) -> Vec<String> {
 
 fn started_with_outbox(config: Option<SinkConfig>, store: &Store) -> (Sink, SinkMetrics) {
     let metrics = SinkMetrics::unregistered();
-    let sink = Sink::new(config, metrics.clone());
+    let sink = Sink::new(config, metrics.clone(), Arc::new(crate::model::SystemClock));
     sink.attach_outbox(store.clone());
     sink.start();
     (sink, metrics)

@@ -210,7 +210,7 @@ pub async fn record(app: &AppState, kind: Kind, ip: IpAddr, actor: &str, target:
     let step = app
         .web
         .failures()
-        .record(kind, ip, actor, target, now, || app.engine.sink().new_event_id(now));
+        .record(kind, ip, actor, target, now, || app.sink.new_event_id(now));
     let Step::New(w) = step else { return };
     let (line, source) = (w.event().to_line(), w.source());
     let first = w.first;
@@ -234,7 +234,7 @@ pub async fn flush(app: &AppState, all: bool) {
     if due.is_empty() {
         return;
     }
-    let sink = app.engine.sink().clone();
+    let sink = app.sink.clone();
     let res = app
         .with_store(move |s| {
             for (w, closed) in &due {

@@ -27,6 +27,12 @@ use tower_sessions::SessionManagerLayer;
 #[derive(Clone)]
 pub struct AppState {
     pub engine: EngineHandle,
+    /// The database (users, sessions, tokens, settings; the engine's own
+    /// records through the engine).
+    pub store: crate::store::Store,
+    /// The event sink: stage change events, test it, read its status.
+    pub sink: crate::sink::Sink,
+    pub metrics: crate::metrics::Metrics,
     pub web: Arc<WebState>,
 }
 
@@ -173,16 +179,29 @@ impl AppState {
         E: Send + 'static,
         error::ApiError: From<E>,
     {
-        let store = self.engine.store().clone();
+        let store = self.store.clone();
         Ok(tokio::task::spawn_blocking(move || f(&store))
             .await
             .map_err(error::ApiError::internal)??)
     }
 
-    pub fn new(engine: EngineHandle, web: WebState) -> Self {
+    pub fn new(cx: crate::service::Context, metrics: crate::metrics::Metrics, web: WebState) -> Self {
+        let crate::service::Context { engine, store, sink } = cx;
         AppState {
             engine,
+            store,
+            sink,
+            metrics,
             web: Arc::new(web),
+        }
+    }
+
+    /// What the operations of [`crate::service`] work on.
+    pub fn ctx(&self) -> crate::service::Context {
+        crate::service::Context {
+            engine: self.engine.clone(),
+            store: self.store.clone(),
+            sink: self.sink.clone(),
         }
     }
 
@@ -282,7 +301,7 @@ pub fn router(state: AppState) -> Router {
         .nest("/api", api_router(state.clone()))
         .fallback(page_not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(session_layer(state.engine.store().clone()))
+        .layer(session_layer(state.store.clone()))
         // Outside the session layer, so it sees the cookie that layer sets.
         .layer(axum::middleware::from_fn_with_state(state.clone(), secure_cookie))
         .layer(axum::extract::DefaultBodyLimit::max(1024 * 1024))
@@ -472,8 +491,8 @@ async fn values(
 }
 
 async fn metrics(axum::extract::State(app): axum::extract::State<AppState>) -> impl IntoResponse {
-    let engine = app.engine.clone();
-    match tokio::task::spawn_blocking(move || engine.metrics().render()).await {
+    let metrics = app.metrics.clone();
+    match tokio::task::spawn_blocking(move || metrics.render()).await {
         Ok(body) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],

@@ -130,7 +130,6 @@ impl TestApp {
             .await
             .expect("app builds");
         let (token, _) = app
-            .engine()
             .store()
             .create_token(
                 "tests",
@@ -140,7 +139,7 @@ impl TestApp {
             .expect("token");
         let addr = app.api_addr();
         let metrics_addr = app.metrics_addr();
-        let store = app.engine().store().clone();
+        let store = app.store();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.run_until_stopped(async {

@@ -647,7 +647,7 @@ async fn values_are_served_while_fresh_and_vanish_when_stale_or_dead_lettered_an
     // Started without instance a, nothing of it is served or kept.
     let e = Engine::start(dir.path(), origin, &["b"], fetch2.clone(), None).await;
     assert_eq!(served(&e), "");
-    assert!(e.shared.latest().values_of(&TaskKey::new("a", "probe")).is_none());
+    assert!(e.shared.values_of(&TaskKey::new("a", "probe")).is_none());
     e.stop().await;
 }
 
@@ -728,7 +728,7 @@ async fn samples_that_name_a_fact_wait_for_it_without_another_request() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(count_calls(), 1);
     assert_eq!(shared.values_exposition(Some("x")).expect("x"), "");
-    assert!(shared.latest().facts_of("x").is_none());
+    assert!(shared.facts_of("x").is_none());
 
     // The site answers at its retry: the waiting sample is served, with
     // the time of its own poll, and the count group (floor 10 min) is not
@@ -740,14 +740,14 @@ async fn samples_that_name_a_fact_wait_for_it_without_another_request() {
         "# HELP f_items Items\n# TYPE f_items gauge\nf_items{instance=\"x\",site=\"berlin\"} 3\n"
     );
     assert_eq!(count_calls(), 1, "no extra request for the waiting group");
-    let v = shared.latest().values_of(&TaskKey::new("x", "count")).expect("values");
+    let v = shared.values_of(&TaskKey::new("x", "count")).expect("values");
     assert_eq!(v.values.polled_at, START, "recorded at its own poll's time");
 
     // Later polls read the fact at once.
-    let before = shared.latest().values_of(&TaskKey::new("x", "count")).expect("values");
+    let before = shared.values_of(&TaskKey::new("x", "count")).expect("values");
     tokio::time::sleep(Duration::from_secs(1800)).await;
     assert!(count_calls() >= 2);
-    let after = shared.latest().values_of(&TaskKey::new("x", "count")).expect("values");
+    let after = shared.values_of(&TaskKey::new("x", "count")).expect("values");
     assert!(after.values.polled_at > before.values.polled_at);
     assert!(
         shared

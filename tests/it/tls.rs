@@ -106,7 +106,7 @@ impl Server {
             api: app.api_addr(),
             metrics: app.metrics_addr(),
             tls: app.tls(),
-            store: app.engine().store().clone(),
+            store: app.store(),
             _data: data,
             stop: Some(tx),
             task: None,

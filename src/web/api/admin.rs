@@ -90,7 +90,7 @@ pub async fn backup(
     // Handed out only once it is in the audit trail.
     let actor = who.actor();
     let event = Event::operator(app.engine.now(), &actor, "backup.create", &name);
-    if let Some(row) = app.engine.sink().stage(&event) {
+    if let Some(row) = app.sink.stage(&event) {
         app.with_store(move |s| s.append_outbox(&[row])).await?;
     }
     let client = crate::audit::current_source().unwrap_or_default();

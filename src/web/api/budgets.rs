@@ -100,6 +100,6 @@ pub async fn put(
             crate::model::NAME_RULE,
         )));
     }
-    let b = crate::service::budgets::save(&app.engine, &name, patch, &who.actor()).await?;
+    let b = crate::service::budgets::save(&app.ctx(), &name, patch, &who.actor()).await?;
     Ok(Json(Budget::of(&app, &b)))
 }

@@ -125,7 +125,7 @@ pub fn instance_data(app: &AppState, name: &str, now: Timestamp) -> Option<Insta
         .get(&entry.config.type_name)
         .map(|t| t.groups.clone())
         .unwrap_or_default();
-    let latest = app.engine.latest();
+    let latest = &app.engine;
     let mut out = Vec::new();
     for g in groups.iter().filter(|g| !g.values.is_empty() || g.keep_body) {
         let key = TaskKey::new(name, &g.name);
@@ -280,7 +280,6 @@ pub async fn body(
     // The cache knows the latest poll time of an unchanged body.
     let polled_at = app
         .engine
-        .latest()
         .bodies_of(&key)
         .get(&item)
         .filter(|b| b.etag == rec.etag)

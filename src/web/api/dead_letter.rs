@@ -138,7 +138,7 @@ pub async fn retry(
     Path(TaskPath { instance, group }): Path<TaskPath>,
 ) -> Result<(StatusCode, Json<TaskState>), ApiError> {
     let key = TaskKey::new(&instance, &group);
-    let rec = dead_letters::retry(&app.engine, &key, &who.actor()).await?;
+    let rec = dead_letters::retry(&app.ctx(), &key, &who.actor()).await?;
     Ok((StatusCode::ACCEPTED, Json(task_state(&key, &rec))))
 }
 
@@ -163,7 +163,7 @@ pub async fn discard(
     Path(TaskPath { instance, group }): Path<TaskPath>,
 ) -> Result<Json<TaskState>, ApiError> {
     let key = TaskKey::new(&instance, &group);
-    let rec = dead_letters::discard(&app.engine, &key, &who.actor()).await?;
+    let rec = dead_letters::discard(&app.ctx(), &key, &who.actor()).await?;
     Ok(Json(task_state(&key, &rec)))
 }
 
@@ -185,6 +185,6 @@ pub async fn enable(
     Path(TaskPath { instance, group }): Path<TaskPath>,
 ) -> Result<Json<TaskState>, ApiError> {
     let key = TaskKey::new(&instance, &group);
-    let rec = dead_letters::enable(&app.engine, &key, &who.actor()).await?;
+    let rec = dead_letters::enable(&app.ctx(), &key, &who.actor()).await?;
     Ok(Json(task_state(&key, &rec)))
 }

@@ -179,7 +179,7 @@ impl TestResult {
 /// Run every group of the instance once, now, outside the schedule: the
 /// results as the API and the instance page show them.
 pub async fn test_results(app: &AppState, name: &str) -> Result<Vec<TestResult>, ServiceError> {
-    let results = service::instances::test(&app.engine, name).await?;
+    let results = service::instances::test(&app.ctx(), name).await?;
     Ok(results.iter().map(TestResult::of).collect())
 }
 
@@ -290,7 +290,7 @@ pub async fn create(
     JsonBody(doc): JsonBody<Value>,
 ) -> Result<(StatusCode, Json<Instance>), ApiError> {
     let i: InstanceConfig = from_json_object(&doc)?;
-    service::instances::create(&app.engine, i.clone(), &who.actor()).await?;
+    service::instances::create(&app.ctx(), i.clone(), &who.actor()).await?;
     Ok((StatusCode::CREATED, Json(Instance::of(&i, false))))
 }
 
@@ -327,7 +327,7 @@ pub async fn update(
     // Credentials are write-only: a PUT without `auth` keeps the stored ones.
     let keep_auth = !obj.contains_key("auth");
     let i: InstanceConfig = from_json_object(&doc)?;
-    let i = service::instances::update(&app.engine, &name, i, keep_auth, &who.actor()).await?;
+    let i = service::instances::update(&app.ctx(), &name, i, keep_auth, &who.actor()).await?;
     Ok(Json(Instance::of(&i, false)))
 }
 
@@ -348,7 +348,7 @@ pub async fn delete(
     Extension(who): Extension<Principal>,
     Path(NamePath { name }): Path<NamePath>,
 ) -> Result<StatusCode, ApiError> {
-    service::instances::delete(&app.engine, &name, &who.actor()).await?;
+    service::instances::delete(&app.ctx(), &name, &who.actor()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

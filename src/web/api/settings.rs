@@ -60,6 +60,6 @@ pub async fn put(
     JsonBody(patch): JsonBody<Value>,
 ) -> Result<Json<SettingsDocument>, ApiError> {
     // The API reports the first violation; the page shows them all.
-    service::settings::save(&app.engine, patch, &who.actor()).await?;
+    service::settings::save(&app.ctx(), patch, &who.actor()).await?;
     Ok(Json(settings_document(&app)))
 }

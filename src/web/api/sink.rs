@@ -101,7 +101,7 @@ pub fn sink_document(app: &AppState) -> SinkDocument {
     SinkDocument {
         sink: app.engine.sink_config().as_ref().map(SinkShown::of),
         locked: app.engine.locked_sink(),
-        status: app.engine.sink().status(),
+        status: app.sink.status(),
     }
 }
 
@@ -144,7 +144,7 @@ pub async fn put(
     Extension(who): Extension<Principal>,
     JsonBody(patch): JsonBody<Value>,
 ) -> Result<Json<SinkDocument>, ApiError> {
-    service::sink::save(&app.engine, patch, &who.actor()).await?;
+    service::sink::save(&app.ctx(), patch, &who.actor()).await?;
     Ok(Json(sink_document(&app)))
 }
 
@@ -165,7 +165,7 @@ pub async fn test(
     State(app): State<AppState>,
     Extension(who): Extension<Principal>,
 ) -> Result<Json<SinkTestResult>, ApiError> {
-    match service::sink::send_test(&app.engine, &who.actor()).await {
+    match service::sink::send_test(&app.ctx(), &who.actor()).await {
         Ok(Ok(())) => Ok(Json(SinkTestResult { ok: true, error: None })),
         Ok(Err(error)) => Ok(Json(SinkTestResult {
             ok: false,

@@ -128,7 +128,7 @@ struct PasswordCheck {
 
 impl PasswordCheck {
     fn begin(app: &AppState, ip: IpAddr, account: Option<&str>) -> Result<PasswordCheck, NotChecked> {
-        let logins = &app.engine.metrics().logins;
+        let logins = &app.metrics.logins;
         let Ok(permit) = app.web.password_checks.clone().try_acquire_owned() else {
             logins.with_label_values(&["busy"]).inc();
             return Err(NotChecked::Busy);
@@ -162,7 +162,7 @@ impl PasswordCheck {
     fn finish(mut self, ok: bool) -> Option<std::time::Duration> {
         self.finished = true;
         let result = if ok { "success" } else { "failure" };
-        self.app.engine.metrics().logins.with_label_values(&[result]).inc();
+        self.app.metrics.logins.with_label_values(&[result]).inc();
         self.app
             .web
             .throttle()
@@ -249,13 +249,13 @@ pub async fn setup(
         check.finish(true);
         return (StatusCode::UNPROCESSABLE_ENTITY, setup_page_with(&app, Some(error))).into_response();
     }
-    let store = app.engine.store().clone();
+    let store = app.store.clone();
     let pw = f.password;
     // The first admin, to the audit trail with the password (the setup
     // code is its credential: the actor is `setup`).
     let now = app.engine.now();
     let event = crate::sink::event::Event::operator(now, "setup", "account.create", ADMIN);
-    let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
+    let events: Vec<_> = app.sink.stage(&event).into_iter().collect();
     let res = check
         .run(move || accounts::set_admin_password_with_events(&store, &pw, now, &events))
         .await;
@@ -312,7 +312,7 @@ pub async fn login(
         Ok(c) => c,
         Err(why) => return not_checked(|m| login_error(StatusCode::TOO_MANY_REQUESTS, m), why),
     };
-    let store = app.engine.store().clone();
+    let store = app.store.clone();
     let user = f.username.trim().to_string();
     let pw = f.password;
     // An unknown name costs the same argon2 check as a known one.
@@ -349,7 +349,7 @@ async fn record_login(app: &AppState, ip: IpAddr, user: &str, ok: bool) {
         return;
     }
     let event = crate::sink::event::Event::operator(app.engine.now(), &format!("user:{user}"), "login", &user);
-    let Some(row) = app.engine.sink().stage(&event) else {
+    let Some(row) = app.sink.stage(&event) else {
         return;
     };
     if let Err(e) = app.with_store(move |s| s.append_outbox(&[row])).await {
@@ -477,11 +477,11 @@ pub async fn change_password(
             return not_checked(move |_| page.into_response(), why);
         }
     };
-    let store = app.engine.store().clone();
+    let store = app.store.clone();
     let u = user.clone();
     let now = app.engine.now();
     let event = crate::sink::event::Event::operator(now, &format!("user:{user}"), "password.change", &user);
-    let events: Vec<_> = app.engine.sink().stage(&event).into_iter().collect();
+    let events: Vec<_> = app.sink.stage(&event).into_iter().collect();
     let keep = session.id().map(|id| crate::store::session_key(&id.to_string()));
     let result = check
         .run(move || -> Result<usize, ChangeRefused> {
@@ -558,7 +558,7 @@ pub async fn create_token(
             }
         },
     };
-    match crate::service::tokens::create(&app.engine, &name, scope, &who.actor()).await {
+    match crate::service::tokens::create(&app.ctx(), &name, scope, &who.actor()).await {
         Ok((plain, _)) => security(&app, &session, None, Some(plain), None).await.into_response(),
         Err(e) => crate::web::error::ApiError::from(e).into_response(),
     }
@@ -570,7 +570,7 @@ pub async fn revoke_token(
     session: Session,
     Path(id): Path<String>,
 ) -> Redirect {
-    let revoked = crate::service::tokens::revoke(&app.engine, &id, &who.actor())
+    let revoked = crate::service::tokens::revoke(&app.ctx(), &id, &who.actor())
         .await
         .unwrap_or(false);
     if revoked {

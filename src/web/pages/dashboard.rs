@@ -315,7 +315,7 @@ pub struct DashboardQuery {
 
 /// The stored rollups of the last `range`.
 pub async fn history(app: &AppState, now: Timestamp, range: Range) -> Vec<(u64, crate::store::Rollup)> {
-    let store = app.engine.store().clone();
+    let store = app.store.clone();
     let since = (now.0 / 1000).saturating_sub(range.secs());
     tokio::task::spawn_blocking(move || store.history_since(since))
         .await
@@ -374,7 +374,7 @@ pub async fn retry(
     Path((instance, group)): Path<(String, String)>,
 ) -> Redirect {
     let key = TaskKey::new(&instance, &group);
-    let result = dead_letters::retry(&app.engine, &key, &who.actor()).await;
+    let result = dead_letters::retry(&app.ctx(), &key, &who.actor()).await;
     dead_letter_outcome(&session, &key, "probing now", result).await
 }
 
@@ -385,7 +385,7 @@ pub async fn discard(
     Path((instance, group)): Path<(String, String)>,
 ) -> Redirect {
     let key = TaskKey::new(&instance, &group);
-    let result = dead_letters::discard(&app.engine, &key, &who.actor()).await;
+    let result = dead_letters::discard(&app.ctx(), &key, &who.actor()).await;
     dead_letter_outcome(
         &session,
         &key,

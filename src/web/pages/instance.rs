@@ -5,9 +5,8 @@
 //! what the rules extract. Read-only: edits live on `/instances/{name}/edit`.
 
 use super::{Layout, layout};
-use crate::core::scheduler::{Parked, TaskState};
 use crate::core::task::breaker_at;
-use crate::engine::handle::TaskView;
+use crate::engine::snapshot::{TaskPhase, TaskView};
 use crate::model::{TaskKey, Timestamp, human_secs};
 use crate::web::AppState;
 use crate::web::api::data::{GroupData, ValueView, instance_data};
@@ -102,25 +101,24 @@ fn when(t: Option<Timestamp>) -> String {
 /// its last success only got 429s is `rate_limited`, not "queued" as if
 /// all were well: a 429 leaves its failure streak and breaker alone, so
 /// nothing else would show it.
-pub fn state_of(v: &TaskView) -> (&'static str, String) {
-    let t = &v.task;
-    match t.state {
-        TaskState::Parked(Parked::Discarded) => ("discarded", "discarded".into()),
-        TaskState::Parked(Parked::Held(h)) => ("held", format!("held ({})", h.as_str())),
+pub fn state_of(t: &TaskView) -> (&'static str, String) {
+    match t.phase {
+        TaskPhase::Discarded => ("discarded", "discarded".into()),
+        TaskPhase::Held(h) => ("held", format!("held ({h})")),
         _ if t.rec.dead_letter.is_some() => ("dead_letter", "dead-lettered".into()),
         _ if t.rec.last_error.as_ref().is_some_and(|e| e.is_rate_limited()) => ("rate_limited", "rate_limited".into()),
-        TaskState::InFlight { .. } => ("in_flight", "in flight".into()),
-        TaskState::Queued { .. } => ("queued", "queued".into()),
+        TaskPhase::InFlight => ("in_flight", "in flight".into()),
+        TaskPhase::Queued => ("queued", "queued".into()),
     }
 }
 
 fn task_line(v: &TaskView, now: Timestamp) -> TaskLine {
     let (state, state_label) = state_of(v);
-    let t = &v.task;
-    let next_run = match t.state {
-        TaskState::Parked(_) => "—".to_string(),
-        TaskState::InFlight { .. } => "now (running)".to_string(),
-        TaskState::Queued { .. } => {
+    let t = v;
+    let next_run = match t.phase {
+        TaskPhase::Held(_) | TaskPhase::Discarded => "—".to_string(),
+        TaskPhase::InFlight => "now (running)".to_string(),
+        TaskPhase::Queued => {
             let at = t.rec.next_run;
             if at <= now {
                 "due now".to_string()
@@ -131,11 +129,11 @@ fn task_line(v: &TaskView, now: Timestamp) -> TaskLine {
     };
     TaskLine {
         group: t.key.group.to_string(),
-        priority: t.meta.priority,
+        priority: t.priority,
         state,
         state_label,
         interval: human_secs(v.interval.as_secs_f64()),
-        planned: human_secs(t.meta.planned.as_secs_f64()),
+        planned: human_secs(t.planned.as_secs_f64()),
         next_run,
         last_success: when(t.rec.last_success),
         last_error: t
@@ -277,21 +275,16 @@ pub async fn page(State(app): State<AppState>, session: Session, Path(name): Pat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::task::{Hold, TaskMeta};
     use crate::model::{DeadLetterRecord, ErrorCategory, ErrorKind, PollError, TaskRecord};
     use std::time::Duration;
 
-    fn view(state: TaskState, rec: TaskRecord) -> TaskView {
+    fn view(phase: TaskPhase, rec: TaskRecord) -> TaskView {
         TaskView {
-            task: crate::core::scheduler::Task {
-                key: TaskKey::new("a", "probe"),
-                meta: TaskMeta::new("t", 1, Duration::from_secs(5)),
-                rec,
-                state,
-                frozen: false,
-                placed_at: Timestamp(0),
-                spread_next: false,
-            },
+            key: TaskKey::new("a", "probe"),
+            priority: 1,
+            planned: Duration::from_secs(5),
+            phase,
+            rec,
             interval: Duration::from_secs(5),
         }
     }
@@ -309,23 +302,20 @@ mod tests {
 
     #[test]
     fn a_task_that_only_got_429s_is_rate_limited_unless_parked_or_dead_lettered() {
-        let running = TaskState::InFlight {
-            due: Timestamp(0),
-            removed: false,
-        };
-        assert_eq!(state_of(&view(TaskState::QUEUED, TaskRecord::default())).0, "queued");
+        let (queued, running) = (TaskPhase::Queued, TaskPhase::InFlight);
+        assert_eq!(state_of(&view(queued, TaskRecord::default())).0, "queued");
         assert_eq!(state_of(&view(running, TaskRecord::default())).0, "in_flight");
-        assert_eq!(state_of(&view(TaskState::QUEUED, rate_limited())).0, "rate_limited");
+        assert_eq!(state_of(&view(queued, rate_limited())).0, "rate_limited");
         assert_eq!(state_of(&view(running, rate_limited())).0, "rate_limited");
-        let held = view(TaskState::Parked(Parked::Held(Hold::Shed)), rate_limited());
+        let held = view(TaskPhase::Held("shed"), rate_limited());
         assert_eq!(state_of(&held), ("held", "held (shed)".to_string()));
-        let gone = view(TaskState::Parked(Parked::Discarded), rate_limited());
+        let gone = view(TaskPhase::Discarded, rate_limited());
         assert_eq!(state_of(&gone).0, "discarded");
         let dead = TaskRecord {
             dead_letter: Some(DeadLetterRecord::default()),
             ..rate_limited()
         };
-        assert_eq!(state_of(&view(TaskState::QUEUED, dead)).1, "dead-lettered");
+        assert_eq!(state_of(&view(queued, dead)).1, "dead-lettered");
     }
 
     #[test]

@@ -412,7 +412,7 @@ pub async fn create(
         Err(e) => return invalid(&app, &session, false, form, ApiError::invalid(e)).await,
     };
     let name = i.name.clone();
-    match service::instances::create(&app.engine, i, &who.actor()).await {
+    match service::instances::create(&app.ctx(), i, &who.actor()).await {
         Ok(()) => {
             session::set_flash(&session, format!("Instance {name} added; it is polled now.")).await;
             Redirect::to("/instances").into_response()
@@ -441,7 +441,7 @@ pub async fn update(
         .get(&name)
         .is_some_and(|e| e.config.auth.kind() == i.auth.kind());
     let keep = secrets_blank && same_kind;
-    match service::instances::update(&app.engine, &name, i, keep, &who.actor()).await {
+    match service::instances::update(&app.ctx(), &name, i, keep, &who.actor()).await {
         Ok(_) => {
             session::set_flash(&session, format!("Instance {name} saved.")).await;
             Redirect::to("/instances").into_response()
@@ -456,7 +456,7 @@ pub async fn delete(
     session: Session,
     Path(name): Path<String>,
 ) -> Redirect {
-    let msg = match service::instances::delete(&app.engine, &name, &who.actor()).await {
+    let msg = match service::instances::delete(&app.ctx(), &name, &who.actor()).await {
         Ok(()) => format!("Instance {name} deleted."),
         Err(e) => ApiError::from(e).message,
     };

@@ -291,7 +291,7 @@ pub async fn budget_save(
         }
     }
     let outcome = if bad.is_empty() {
-        service::budgets::save(&app.engine, &name, Value::Object(patch), &who.actor())
+        service::budgets::save(&app.ctx(), &name, Value::Object(patch), &who.actor())
             .await
             .map(|b| {
                 format!(
@@ -472,7 +472,7 @@ pub async fn monitoring_save(
 ) -> Response {
     let locked = app.engine.locked_settings();
     let result = match patch_from_form(&form, &locked) {
-        Ok(patch) => service::settings::save(&app.engine, patch, &who.actor())
+        Ok(patch) => service::settings::save(&app.ctx(), patch, &who.actor())
             .await
             .map_err(|e| {
                 ApiError::all(e)

@@ -132,7 +132,7 @@ async fn render(
         headers,
         gzip,
         gzip_locked,
-        status: app.engine.sink().status(),
+        status: app.sink.status(),
         error,
     }
 }
@@ -186,7 +186,7 @@ pub async fn save(
         patch_from_form(&form, &locked)
     };
     let outcome = match patch {
-        Ok(p) => service::sink::save(&app.engine, p, &who.actor()).await.map_err(|e| {
+        Ok(p) => service::sink::save(&app.ctx(), p, &who.actor()).await.map_err(|e| {
             let e = ApiError::from(e);
             match e.field {
                 Some(f) if !f.is_empty() && !e.message.starts_with(f.as_str()) => format!("{f}: {}", e.message),
@@ -212,7 +212,7 @@ pub async fn save(
 }
 
 pub async fn test(State(app): State<AppState>, Extension(who): Extension<Principal>, session: Session) -> Redirect {
-    let msg = match service::sink::send_test(&app.engine, &who.actor()).await {
+    let msg = match service::sink::send_test(&app.ctx(), &who.actor()).await {
         Ok(Ok(())) => "Test event delivered.".to_string(),
         Ok(Err(e)) => format!("Test event not delivered: {e}"),
         Err(e) => format!("Test event not delivered: {}", ApiError::from(e).message),
