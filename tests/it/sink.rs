@@ -297,7 +297,10 @@ async fn an_operator_action_reaches_a_receiver_that_was_down_across_a_restart() 
         if let Some(e) = seen {
             break e["id"].as_str().expect("a change event has an id").to_string();
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "the sink never tried");
+        // A bound on waiting, not a timing claim: the retry schedule's
+        // backoff after the refused poll batches can pass 10 s on a busy
+        // machine.
+        assert!(start.elapsed() < Duration::from_secs(30), "the sink never tried");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let metrics = app.metrics().await;
