@@ -220,7 +220,7 @@ mod tests {
         }
         type Spoil = fn(&mut TypeDef);
         // (what, the change, a part of the error that names the key)
-        let broken: [(&str, Spoil, &str); 25] = [
+        let broken: [(&str, Spoil, &str); 28] = [
             (
                 "fan_out path without {item}",
                 |t| grp(t, "node_status").path = "/api2/json/nodes".into(),
@@ -378,6 +378,21 @@ mod tests {
                 "duplicate name",
                 |t| grp(t, "cluster_status").name = "version".into(),
                 "duplicate group name",
+            ),
+            (
+                "relative api_root",
+                |t| grp(t, "node_status").api_root = Some("api2".into()),
+                ".api_root",
+            ),
+            (
+                "api_root with a trailing slash",
+                |t| grp(t, "node_status").api_root = Some("/api2/".into()),
+                ".api_root",
+            ),
+            (
+                "api_root with a placeholder",
+                |t| grp(t, "node_status").api_root = Some("/api2/{item}".into()),
+                ".api_root",
             ),
         ];
         assert!(check(&base).is_ok());
