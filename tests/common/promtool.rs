@@ -12,7 +12,7 @@ const EXPORTER_NAMES: &[&str] = &["pve_not_backed_up_total non-counter metrics s
 
 /// Families of meraki-dashboard-exporter 0.26.0 that the `meraki` preset
 /// gives under their names (gauges ending in `_total`, `_kb`, `_minutes`,
-/// `_days`, `_count`, `_mbps`), kept exactly for dashboards (docs/PARITY.md): any
+/// `_days`, `_count`, `_mbps`, `_watthours`, packet counters without a unit), kept exactly for dashboards (docs/PARITY.md): any
 /// lint finding about these names is accepted.
 const MERAKI_EXPORTER_NAMES: &[&str] = &[
     "meraki_alerts_total_by_network",
@@ -28,6 +28,11 @@ const MERAKI_EXPORTER_NAMES: &[&str] = &[
     "meraki_mr_packets_upstream_lost",
     "meraki_mr_packets_upstream_total",
     "meraki_mr_port_link_negotiation_speed_mbps",
+    "meraki_ms_poe_port_power_watthours",
+    "meraki_ms_port_client_count",
+    "meraki_ms_port_status",
+    "meraki_ms_port_traffic_bytes",
+    "meraki_ms_port_usage_bytes",
     "meraki_ms_ports_active_total",
     "meraki_ms_ports_by_link_speed_total",
     "meraki_ms_ports_by_media_total",
