@@ -220,7 +220,7 @@ mod tests {
         }
         type Spoil = fn(&mut TypeDef);
         // (what, the change, a part of the error that names the key)
-        let broken: [(&str, Spoil, &str); 28] = [
+        let broken: [(&str, Spoil, &str); 30] = [
             (
                 "fan_out path without {item}",
                 |t| grp(t, "node_status").path = "/api2/json/nodes".into(),
@@ -288,6 +288,23 @@ mod tests {
                     g.values[0].labels.insert("node".into(), "@item.name".into());
                 },
                 "values[0].labels.node",
+            ),
+            (
+                "@parent without nested",
+                |t| {
+                    let g = grp(t, "guest_config");
+                    g.values[0].labels.insert("port".into(), "@parent/portId".into());
+                },
+                "values[0].labels.port",
+            ),
+            (
+                "nested without each",
+                |t| {
+                    let g = grp(t, "backup_info");
+                    g.values[1].each = None;
+                    g.values[1].nested = Some("/packets".into());
+                },
+                "values[1].nested",
             ),
             (
                 "@item.FIELD without fan_out",

@@ -212,15 +212,29 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
             }
         },
     };
-    let elements = array
-        .iter()
-        .map(|v| (None, v))
-        .chain(
-            object
-                .into_iter()
-                .flat_map(|m| m.iter().map(|(k, v)| (Some(k.as_str()), v))),
-        )
-        .filter(|(_, element)| keep(rule, element));
+    let outer = array.iter().map(|v| (None, v)).chain(
+        object
+            .into_iter()
+            .flat_map(|m| m.iter().map(|(k, v)| (Some(k.as_str()), v))),
+    );
+    // With `nested`, the elements are those of the list inside each
+    // element of `each` (an element without one holds none), each with the
+    // element that holds it as its parent.
+    let elements: Box<dyn Iterator<Item = (Option<&str>, &Value, Option<&Value>)>> = match &rule.nested {
+        None => Box::new(outer.map(|(k, v)| (k, v, None))),
+        Some(p) => Box::new(outer.flat_map(move |(_, parent)| {
+            let (inner, map): (&[Value], Option<&serde_json::Map<String, Value>>) = match p.resolve(parent) {
+                Some(Value::Array(items)) => (items.as_slice(), None),
+                Some(Value::Object(map)) => (&[], Some(map)),
+                _ => (&[], None),
+            };
+            inner.iter().map(move |v| (None, v, Some(parent))).chain(
+                map.into_iter()
+                    .flat_map(move |m| m.iter().map(move |(k, v)| (Some(k.as_str()), v, Some(parent)))),
+            )
+        })),
+    };
+    let elements = elements.filter(|(_, element, _)| keep(rule, element));
 
     let mut emit = |labels: Option<Vec<(Arc<str>, String)>>, value: f64, out: &mut Extraction| {
         let Some(labels) = labels else {
@@ -255,8 +269,8 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
         // order the sets first appear.
         let mut counts: Vec<(Labels, u64)> = Vec::new();
         let mut at: FxHashMap<Labels, usize> = FxHashMap::default();
-        for (key, element) in elements {
-            let Some(labels) = labels_of(rule, element, body, Context { key, ..cx }) else {
+        for (key, element, parent) in elements {
+            let Some(labels) = labels_of(rule, element, body, Context { key, parent, ..cx }) else {
                 out.skip(&rule.metric, SkipReason::Missing);
                 out.waiting_for_facts = true;
                 continue;
@@ -274,8 +288,8 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
         }
         return;
     }
-    for (key, element) in elements {
-        let cx = Context { key, ..cx };
+    for (key, element, parent) in elements {
+        let cx = Context { key, parent, ..cx };
         match rule.kind {
             MetricKind::Stateset => {
                 let ValueSource::Field(p) = &rule.value else { continue };

@@ -102,6 +102,12 @@ pub struct ValueRule {
     /// Omitted: the body once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub each: Option<String>,
+    /// A pointer inside each element of `each` to a list (array or
+    /// object) walked in turn: one sample (set) per element of it, read as
+    /// the element (`where`, `value`, labels); `@parent/POINTER` reads the
+    /// element of `each` that holds it (the packet counters of each port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<String>,
     /// Keep the elements whose field (a pointer inside the element) equals
     /// one of the strings, or is there (`true`) or not (`false`).
     #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
@@ -206,6 +212,8 @@ pub struct Rule {
     pub help: Arc<str>,
     pub kind: MetricKind,
     pub each: Option<Pointer>,
+    /// The list inside each element of `each` walked instead of it.
+    pub nested: Option<Pointer>,
     /// (field, filter), all of which must hold.
     pub filters: Vec<(Pointer, Filter)>,
     pub value: ValueSource,
@@ -302,6 +310,14 @@ impl ValueRule {
             return Err(RuleError::new("help", &self.help, "must be one line"));
         }
         let each = self.each.as_deref().map(|p| pointer("each", p)).transpose()?;
+        let nested = self.nested.as_deref().map(|p| pointer("nested", p)).transpose()?;
+        if let (Some(n), None) = (&self.nested, &each) {
+            return Err(RuleError::new(
+                "nested",
+                n,
+                "walks a list inside each element of `each`; set each",
+            ));
+        }
 
         let mut filters = Vec::new();
         if let Some(w) = &self.where_ {
@@ -495,7 +511,21 @@ impl ValueRule {
                     "@key names an object key of `each`; set each",
                 ));
             }
+            if template.uses_parent() && nested.is_none() {
+                return Err(RuleError::new(
+                    &key,
+                    text,
+                    "@parent reads the element of `each` that holds a `nested` one; set nested",
+                ));
+            }
             let per_element = self.count_by.contains(name);
+            if template.uses_parent() && matches!(value, ValueSource::Count) && !per_element {
+                return Err(RuleError::new(
+                    &key,
+                    text,
+                    "@count makes one sample for all elements, so there is no one parent to read (unless the label is in count_by)",
+                ));
+            }
             if template.uses_key() && matches!(value, ValueSource::Count) && !per_element {
                 return Err(RuleError::new(
                     &key,
@@ -546,6 +576,7 @@ impl ValueRule {
             help: Arc::from(self.help.as_str()),
             kind: self.kind,
             each,
+            nested,
             filters,
             value,
             labels,

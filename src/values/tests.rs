@@ -460,6 +460,79 @@ fn fixed_labels_are_on_every_sample_as_written() {
 }
 
 #[test]
+fn nested_walks_a_list_inside_each_element_and_parent_reads_its_holder() {
+    let body = json!([
+        {"portId": "1", "packets": [
+            {"desc": "Total", "total": 120, "ratePerSec": {"total": 0.4}},
+            {"desc": "Broadcast", "total": 3, "ratePerSec": {"total": 0.1}}
+        ]},
+        {"portId": "2", "packets": [{"desc": "Total", "total": 0}]},
+        {"portId": "3"},
+        {"portId": "4", "packets": {"a": {"desc": "Total", "total": 7}}}
+    ]);
+    let r = compile(
+        r#"
+        metric = "port_packets"
+        each = ""
+        nested = "/packets"
+        where = { "/desc" = "Total" }
+        value = "/total"
+        labels = { port = "@parent/portId", name = "Port {@parent/portId}", key = "@key" }
+        "#,
+    );
+    let x = extract(std::slice::from_ref(&r), &body, None, DEFAULT_MAX_SERIES);
+    // A holder without the list gives nothing and is not counted missing;
+    // an object's elements have their key.
+    assert_eq!(
+        series(&x),
+        [
+            "port_packets{key=,name=Port 1,port=1} 120",
+            "port_packets{key=,name=Port 2,port=2} 0",
+            "port_packets{key=a,name=Port 4,port=4} 7",
+        ]
+    );
+    assert!(x.skipped.is_empty(), "{:?}", x.skipped);
+    // A count counts the nested elements; count_by may read the parent.
+    let c = compile(
+        r#"
+        metric = "packet_kinds_total"
+        each = ""
+        nested = "/packets"
+        value = "@count"
+        labels = { port = "@parent/portId" }
+        count_by = ["port"]
+        "#,
+    );
+    let x = extract(std::slice::from_ref(&c), &body, None, DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        [
+            "packet_kinds_total{port=1} 2",
+            "packet_kinds_total{port=2} 1",
+            "packet_kinds_total{port=4} 1",
+        ]
+    );
+}
+
+#[test]
+fn nested_and_parent_are_checked() {
+    let e = compile_err("metric = \"m\"\nnested = \"/packets\"\nvalue = \"/total\"");
+    assert_eq!(e.key, "nested");
+    let e = compile_err("metric = \"m\"\neach = \"\"\nnested = \"packets\"\nvalue = \"/total\"");
+    assert_eq!(e.key, "nested");
+    let e = compile_err("metric = \"m\"\neach = \"\"\nvalue = \"/total\"\nlabels = { port = \"@parent/portId\" }");
+    assert_eq!(e.key, "labels.port");
+    assert!(e.message.contains("set nested"), "{}", e.message);
+    let e = compile_err(
+        "metric = \"m\"\neach = \"\"\nnested = \"/p\"\nvalue = \"@count\"\nlabels = { port = \"@parent/portId\" }",
+    );
+    assert_eq!(e.key, "labels.port");
+    let e =
+        compile_err("metric = \"m\"\neach = \"\"\nnested = \"/p\"\nvalue = \"/t\"\nlabels = { port = \"@parent\" }");
+    assert_eq!(e.key, "labels.port");
+}
+
+#[test]
 fn count_by_counts_per_set_of_element_labels_and_truncate_cuts_them() {
     let r = compile(
         r#"
