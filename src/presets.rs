@@ -220,7 +220,7 @@ mod tests {
         }
         type Spoil = fn(&mut TypeDef);
         // (what, the change, a part of the error that names the key)
-        let broken: [(&str, Spoil, &str); 30] = [
+        let broken: [(&str, Spoil, &str); 31] = [
             (
                 "fan_out path without {item}",
                 |t| grp(t, "node_status").path = "/api2/json/nodes".into(),
@@ -296,6 +296,17 @@ mod tests {
                     g.values[0].labels.insert("port".into(), "@parent/portId".into());
                 },
                 "values[0].labels.port",
+            ),
+            (
+                "a sum of no field",
+                |t| {
+                    let g = grp(t, "guest_config");
+                    g.values[0].value = Some(crate::values::ValueSpec::Sum(crate::values::SumSpec {
+                        sum: Vec::new(),
+                        over: vec!["/data/onboot".into()],
+                    }));
+                },
+                "values[0].value.sum",
             ),
             (
                 "nested without each",

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use super::pointer::Pointer;
 use super::rule::{Filter, MetricKind, Rule, TimeFormat, ValueSource};
 use super::template::{Context, Rendered, push_text};
 
@@ -318,6 +319,7 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
                 let value = match &rule.value {
                     ValueSource::One => Ok(1.0),
                     ValueSource::Field(p) => number(rule, p.resolve(element)),
+                    ValueSource::Sum { terms, over } => sum(rule, terms, over, element),
                     ValueSource::Count => unreachable!("handled above"),
                 };
                 match value {
@@ -385,6 +387,48 @@ fn labels_of(rule: &Rule, element: &Value, body: &Value, cx: Context<'_>) -> Opt
     // Compiled rules keep labels in name order already (a BTreeMap).
     debug_assert!(labels.windows(2).all(|w| w[0].0 < w[1].0));
     Some(labels)
+}
+
+/// A `value = { sum = …, over = … }`: the fields added (numbers, booleans
+/// as 1/0, numeric strings), divided by the sum of `over` when it is
+/// given. A missing field, or an `over` that sums to 0, is missing (the
+/// rule's `map_default`, else skipped); any other field not a number.
+fn sum(rule: &Rule, terms: &[Pointer], over: &[Pointer], element: &Value) -> Result<f64, SkipReason> {
+    let add = |ps: &[Pointer]| -> Result<f64, SkipReason> {
+        let mut total = 0.0;
+        for p in ps {
+            total += match p.resolve(element) {
+                None | Some(Value::Null) => return Err(SkipReason::Missing),
+                Some(Value::Number(n)) => n.as_f64().ok_or(SkipReason::NotNumber)?,
+                Some(Value::Bool(b)) => f64::from(u8::from(*b)),
+                Some(Value::String(s)) => match s.trim().parse::<f64>() {
+                    Ok(x) if x.is_finite() => x,
+                    _ => return Err(SkipReason::NotNumber),
+                },
+                Some(_) => return Err(SkipReason::NotNumber),
+            };
+        }
+        Ok(total)
+    };
+    let missing = |reason: SkipReason| match (reason, rule.map_default) {
+        (SkipReason::Missing, Some(d)) => Ok(d),
+        _ => Err(reason),
+    };
+    let raw = match add(terms) {
+        Err(reason) => return missing(reason),
+        Ok(n) if over.is_empty() => n,
+        Ok(n) => match add(over) {
+            Err(reason) => return missing(reason),
+            Ok(0.0) => return missing(SkipReason::Missing),
+            Ok(d) => n / d,
+        },
+    };
+    let v = raw * rule.scale;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(SkipReason::NotNumber)
+    }
 }
 
 /// A JSON value as the sample's number: numbers as they are, booleans as

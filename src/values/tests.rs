@@ -515,6 +515,77 @@ fn nested_walks_a_list_inside_each_element_and_parent_reads_its_holder() {
 }
 
 #[test]
+fn a_sum_adds_fields_and_over_divides_by_another_sum() {
+    let rules = [
+        compile(
+            r#"
+            metric = "packets_total"
+            each = ""
+            value = { sum = ["/down/total", "/up/total"] }
+            labels = { ap = "/ap" }
+            "#,
+        ),
+        compile(
+            r#"
+            metric = "loss_percent"
+            each = ""
+            value = { sum = ["/down/lost", "/up/lost"], over = ["/down/total", "/up/total"] }
+            labels = { ap = "/ap" }
+            scale = 100
+            map_default = 0
+            "#,
+        ),
+        compile(
+            r#"
+            metric = "loss_ratio"
+            each = ""
+            value = { sum = ["/down/lost"], over = ["/down/total"] }
+            labels = { ap = "/ap" }
+            "#,
+        ),
+    ];
+    let body = json!([
+        {"ap": "a", "down": {"total": 300, "lost": 3}, "up": {"total": "100", "lost": true}},
+        {"ap": "b", "down": {"total": 0, "lost": 0}, "up": {"total": 0, "lost": 0}},
+        {"ap": "c", "down": {"total": 10, "lost": "x"}},
+        {"ap": "d", "down": {"total": [1], "lost": 1}, "up": {"total": 1, "lost": 0}}
+    ]);
+    let x = extract(&rules, &body, None, DEFAULT_MAX_SERIES);
+    // Numbers, numeric strings and booleans add; over 0 or a missing
+    // field is missing (map_default, else skipped).
+    assert_eq!(
+        series(&x),
+        [
+            "packets_total{ap=a} 400",
+            "packets_total{ap=b} 0",
+            "loss_percent{ap=a} 1",
+            "loss_percent{ap=b} 0",
+            "loss_ratio{ap=a} 0.01",
+        ]
+    );
+    let m = |metric: &str| std::sync::Arc::<str>::from(metric);
+    assert_eq!(x.skipped.get(&(m("packets_total"), SkipReason::Missing)), Some(&1));
+    assert_eq!(x.skipped.get(&(m("packets_total"), SkipReason::NotNumber)), Some(&1));
+    assert_eq!(x.skipped.get(&(m("loss_percent"), SkipReason::NotNumber)), Some(&2));
+    assert_eq!(x.skipped.get(&(m("loss_ratio"), SkipReason::Missing)), Some(&1));
+    assert_eq!(x.skipped.get(&(m("loss_ratio"), SkipReason::NotNumber)), Some(&2));
+}
+
+#[test]
+fn a_sum_is_checked() {
+    let e = compile_err("metric = \"m\"\nvalue = { sum = [] }");
+    assert_eq!(e.key, "value.sum");
+    let e = compile_err("metric = \"m\"\nvalue = { sum = [\"/a\"], over = [\"b\"] }");
+    assert_eq!(e.key, "value.over");
+    let e = compile_err("metric = \"m\"\nvalue = { sum = [\"/a\"] }\nmap = { x = 1 }");
+    assert_eq!(e.key, "map");
+    let e = compile_err("metric = \"m\"\nkind = \"info\"\nvalue = { sum = [\"/a\"] }");
+    assert_eq!(e.key, "value");
+    // An unknown key in the form is refused when the rule is read.
+    assert!(toml::from_str::<ValueRule>("metric = \"m\"\nvalue = { sum = [\"/a\"], times = 2 }").is_err());
+}
+
+#[test]
 fn nested_and_parent_are_checked() {
     let e = compile_err("metric = \"m\"\nnested = \"/packets\"\nvalue = \"/total\"");
     assert_eq!(e.key, "nested");
