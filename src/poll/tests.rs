@@ -762,6 +762,20 @@ fn shape_group(path: &str, pointer: &str, item_field: Option<&str>) -> GroupDef 
     g
 }
 
+#[test]
+fn an_item_named_twice_is_kept_once_where_first_named() {
+    let doc = serde_json::json!([
+        {"serial": "A", "networkId": "N1"},
+        {"serial": "B", "networkId": "N2"},
+        {"serial": "C", "networkId": "N1"}
+    ]);
+    let shape = shape::shape_in(&doc, "", Some("networkId")).unwrap();
+    assert_eq!((shape.count, shape.items), (3, items(&["N1", "N2"])));
+    let fields = ["serial".to_string(), "networkId".to_string()];
+    let shape = shape::shape_in(&doc, "", shape::ItemNames::Fields(&fields)).unwrap();
+    assert_eq!(shape.items.len(), 3);
+}
+
 fn fan_out_group(path: &str) -> GroupDef {
     let mut g = GroupDef::new("status", path, 3, Duration::from_secs(60));
     g.fan_out = Some("nodes".into());
