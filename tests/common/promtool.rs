@@ -17,6 +17,8 @@ const EXPORTER_NAMES: &[&str] = &["pve_not_backed_up_total non-counter metrics s
 const MERAKI_EXPORTER_NAMES: &[&str] = &[
     "meraki_alerts_total_by_network",
     "meraki_alerts_total_by_severity",
+    "meraki_ap_channel_utilization_2_4ghz_percent",
+    "meraki_ap_channel_utilization_5ghz_percent",
     "meraki_mr_aggregation_speed_mbps",
     "meraki_mr_connection_stats_total",
     "meraki_mr_cpu_load_5min",
