@@ -76,6 +76,7 @@ const MERAKI_EXPORTER_NAMES: &[&str] = &[
     "meraki_org_usage_downstream_kb",
     "meraki_org_usage_total_kb",
     "meraki_org_usage_upstream_kb",
+    "meraki_sensor_alerts_total",
 ];
 
 fn accepted(finding: &str) -> bool {

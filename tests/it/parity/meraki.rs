@@ -89,7 +89,6 @@ const NOT_GIVEN: &[&str] = &[
     "meraki_org_application_usage_upstream_mb",
     "meraki_org_info",
     "meraki_org_licenses_expiring",
-    "meraki_sensor_alerts_total",
 ];
 
 // ---------------------------------------------------------------- upstream
