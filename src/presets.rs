@@ -161,7 +161,7 @@ mod tests {
     fn group_counts_are_in_range() {
         for t in parsed() {
             assert!(
-                (6..=32).contains(&t.groups.len()),
+                (6..=40).contains(&t.groups.len()),
                 "{}: {} groups",
                 t.name,
                 t.groups.len()
@@ -220,7 +220,7 @@ mod tests {
         }
         type Spoil = fn(&mut TypeDef);
         // (what, the change, a part of the error that names the key)
-        let broken: [(&str, Spoil, &str); 25] = [
+        let broken: [(&str, Spoil, &str); 31] = [
             (
                 "fan_out path without {item}",
                 |t| grp(t, "node_status").path = "/api2/json/nodes".into(),
@@ -288,6 +288,34 @@ mod tests {
                     g.values[0].labels.insert("node".into(), "@item.name".into());
                 },
                 "values[0].labels.node",
+            ),
+            (
+                "@parent without nested",
+                |t| {
+                    let g = grp(t, "guest_config");
+                    g.values[0].labels.insert("port".into(), "@parent/portId".into());
+                },
+                "values[0].labels.port",
+            ),
+            (
+                "a sum of no field",
+                |t| {
+                    let g = grp(t, "guest_config");
+                    g.values[0].value = Some(crate::values::ValueSpec::Sum(crate::values::SumSpec {
+                        sum: Vec::new(),
+                        over: vec!["/data/onboot".into()],
+                    }));
+                },
+                "values[0].value.sum",
+            ),
+            (
+                "nested without each",
+                |t| {
+                    let g = grp(t, "backup_info");
+                    g.values[1].each = None;
+                    g.values[1].nested = Some("/packets".into());
+                },
+                "values[1].nested",
             ),
             (
                 "@item.FIELD without fan_out",
@@ -378,6 +406,21 @@ mod tests {
                 "duplicate name",
                 |t| grp(t, "cluster_status").name = "version".into(),
                 "duplicate group name",
+            ),
+            (
+                "relative api_root",
+                |t| grp(t, "node_status").api_root = Some("api2".into()),
+                ".api_root",
+            ),
+            (
+                "api_root with a trailing slash",
+                |t| grp(t, "node_status").api_root = Some("/api2/".into()),
+                ".api_root",
+            ),
+            (
+                "api_root with a placeholder",
+                |t| grp(t, "node_status").api_root = Some("/api2/{item}".into()),
+                ".api_root",
             ),
         ];
         assert!(check(&base).is_ok());

@@ -25,6 +25,21 @@ impl BaseUrl {
     pub fn as_url(&self) -> &url::Url {
         &self.0
     }
+
+    /// The URL cut right after the first place its path has `root`'s
+    /// segments (`/api/v1` in `https://api.meraki.com/api/v1/organizations/1`
+    /// gives `https://api.meraki.com/api/v1`), without query or fragment;
+    /// `None` when the path does not have them. A group's `api_root`.
+    pub fn under_root(&self, root: &str) -> Option<BaseUrl> {
+        let want: Vec<&str> = root.trim_matches('/').split('/').collect();
+        let have: Vec<&str> = self.0.path().trim_start_matches('/').split('/').collect();
+        let at = have.windows(want.len()).position(|w| w == want.as_slice())?;
+        let mut url = self.0.clone();
+        url.set_path(&format!("/{}", have[..at + want.len()].join("/")));
+        url.set_query(None);
+        url.set_fragment(None);
+        Some(BaseUrl(url))
+    }
 }
 
 impl fmt::Display for BaseUrl {
@@ -42,6 +57,27 @@ mod tests {
         let b = BaseUrl::parse(" https://pve.example:8006/api2/json ").expect("valid");
         assert_eq!(b.to_string(), "https://pve.example:8006/api2/json");
         assert!(BaseUrl::parse("http://127.0.0.1:1/").is_ok());
+    }
+
+    #[test]
+    fn under_root_cuts_the_url_after_the_roots_segments() {
+        let b = BaseUrl::parse("https://api.meraki.com/api/v1/organizations/123?x=1").expect("valid");
+        let at = |root: &str| b.under_root(root).map(|u| u.to_string());
+        assert_eq!(at("/api/v1").as_deref(), Some("https://api.meraki.com/api/v1"));
+        assert_eq!(at("/api").as_deref(), Some("https://api.meraki.com/api"));
+        assert_eq!(
+            at("/api/v1/organizations/123").as_deref(),
+            Some("https://api.meraki.com/api/v1/organizations/123")
+        );
+        // Whole segments only, and the first place they are.
+        assert_eq!(at("/ap"), None);
+        assert_eq!(at("/v1/org"), None);
+        assert_eq!(at("/api/v2"), None);
+        let proxied = BaseUrl::parse("http://proxy:8080/meraki/api/v1/organizations/9").expect("valid");
+        assert_eq!(
+            proxied.under_root("/api/v1").map(|u| u.to_string()).as_deref(),
+            Some("http://proxy:8080/meraki/api/v1")
+        );
     }
 
     #[test]

@@ -14,6 +14,14 @@ pub struct GroupDef {
     pub name: String,
     #[serde(default)]
     pub path: String,
+    /// The API root the path is resolved against instead of the instance
+    /// URL: a path prefix of the instance URL (`"/api/v1"`), the URL being
+    /// cut right after it. A Meraki instance's URL is its organization's
+    /// base (`…/api/v1/organizations/123`); a group with `api_root =
+    /// "/api/v1"` and path `/devices/{item}/switch/ports/statuses` calls
+    /// `…/api/v1/devices/Q2HP-…/switch/ports/statuses`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_root: Option<String>,
     #[serde(default = "default_priority")]
     pub priority: u8,
     #[serde(with = "duration_str", default = "default_floor")]
@@ -99,6 +107,7 @@ impl GroupDef {
         GroupDef {
             name: name.into(),
             path: path.into(),
+            api_root: None,
             priority,
             floor,
             cost: 1.0,
@@ -182,6 +191,11 @@ impl TypeDef {
                     p,
                     "must be a JSON pointer: empty (the whole body) or starting with '/'",
                 ));
+            }
+            if let Some(root) = &g.api_root
+                && let Err(why) = check_api_root(root)
+            {
+                return Err(FieldError::new(format!("{gf}.api_root"), root, why));
             }
             self.validate_items(g, &gf)?;
             self.validate_facts(g, &gf)?;
@@ -486,6 +500,28 @@ pub fn item_placeholders(path: &str) -> (bool, Vec<String>) {
         }
     }
     (whole, fields)
+}
+
+/// Why `root` cannot be a group's `api_root`: it is an absolute path of
+/// plain segments (`/api/v1`), without a trailing slash, query, fragment,
+/// placeholder, percent escape or `.`/`..` segment.
+pub fn check_api_root(root: &str) -> Result<(), String> {
+    if !root.starts_with('/') || root.len() < 2 {
+        return Err("must be a path starting with '/' (\"/api/v1\")".into());
+    }
+    if root.ends_with('/') {
+        return Err("must not end with '/'".into());
+    }
+    if let Some(c) = root
+        .chars()
+        .find(|c| matches!(c, '?' | '#' | '{' | '}' | '%' | '\\') || c.is_whitespace() || c.is_control())
+    {
+        return Err(format!("must be plain path segments; {c:?} is not allowed"));
+    }
+    if root[1..].split('/').any(|s| s.is_empty() || s == "." || s == "..") {
+        return Err("must not have empty, '.' or '..' segments".into());
+    }
+    Ok(())
 }
 
 impl GroupDef {

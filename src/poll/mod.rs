@@ -154,6 +154,14 @@ impl Poller {
                 &parsed
             }
         };
+        let rooted;
+        let base = match &group.api_root {
+            None => base,
+            Some(root) => {
+                rooted = rooted_base(base, root)?;
+                &rooted
+            }
+        };
         if let Some(source) = &group.fan_out {
             return self.poll_fan_out(instance, base, group, source, items).await;
         }
@@ -405,6 +413,18 @@ pub fn join_url(base: &str, path: &str) -> Result<reqwest::Url, PollError> {
 /// once per instance, not once per poll.
 pub fn parse_base(base: &str) -> Result<BaseUrl, PollError> {
     BaseUrl::parse(base).map_err(|e| invalid_url(format!("invalid url {base:?}: {}", e.message)))
+}
+
+/// The base a group with `api_root = root` joins its path to: the
+/// instance URL cut after `root` ([`BaseUrl::under_root`]). An instance
+/// URL without it is `Permanent`/`InvalidUrl`, naming both.
+pub fn rooted_base(base: &BaseUrl, root: &str) -> Result<BaseUrl, PollError> {
+    base.under_root(root).ok_or_else(|| {
+        invalid_url(format!(
+            "the group's api_root {root:?} is not in the instance url {:?}",
+            base.as_url().as_str()
+        ))
+    })
 }
 
 /// A parsed instance URL joined with a group path, as [`join_url`] does.

@@ -13,7 +13,9 @@
 //! JSON text (`3`, `1.5`, `true`). An element that is not an object, lacks
 //! the field, or holds `null`, an object or an array there names no item and
 //! is skipped (it still counts towards `count`), so `items` may be shorter
-//! than `count`.
+//! than `count`. An item that several elements name is kept once, where it
+//! is first named (a fan-out over the networks of a device list calls each
+//! network once).
 //!
 //! [`item_path`] puts an item into a fan-out group's path, percent-encoded as
 //! one path segment.
@@ -63,7 +65,7 @@ pub fn shape_in<'a>(doc: &Value, pointer: &str, items: impl Into<ItemNames<'a>>)
     let Value::Array(elements) = target else {
         return Err(fail(&format!("expected an array, found {}", describe(target))));
     };
-    let items = match items.into() {
+    let items: Vec<String> = match items.into() {
         ItemNames::Field(field) => elements.iter().filter_map(|e| item_name(e.get(field)?)).collect(),
         ItemNames::Fields(fields) => elements
             .iter()
@@ -77,6 +79,8 @@ pub fn shape_in<'a>(doc: &Value, pointer: &str, items: impl Into<ItemNames<'a>>)
             .collect(),
         ItemNames::None => Vec::new(),
     };
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    let items = items.into_iter().filter(|i| seen.insert(i.clone())).collect();
     Ok(ShapeUpdate {
         count: elements.len() as u64,
         items,

@@ -762,6 +762,20 @@ fn shape_group(path: &str, pointer: &str, item_field: Option<&str>) -> GroupDef 
     g
 }
 
+#[test]
+fn an_item_named_twice_is_kept_once_where_first_named() {
+    let doc = serde_json::json!([
+        {"serial": "A", "networkId": "N1"},
+        {"serial": "B", "networkId": "N2"},
+        {"serial": "C", "networkId": "N1"}
+    ]);
+    let shape = shape::shape_in(&doc, "", Some("networkId")).unwrap();
+    assert_eq!((shape.count, shape.items), (3, items(&["N1", "N2"])));
+    let fields = ["serial".to_string(), "networkId".to_string()];
+    let shape = shape::shape_in(&doc, "", shape::ItemNames::Fields(&fields)).unwrap();
+    assert_eq!(shape.items.len(), 3);
+}
+
 fn fan_out_group(path: &str) -> GroupDef {
     let mut g = GroupDef::new("status", path, 3, Duration::from_secs(60));
     g.fan_out = Some("nodes".into());
@@ -1179,6 +1193,46 @@ async fn fan_out_items_are_percent_encoded() {
             "GET /nodes/a%20b%2Fc/status HTTP/1.1",
             "GET /nodes/plain-1.2_~/status HTTP/1.1",
         ]
+    );
+}
+
+#[tokio::test]
+async fn api_root_resolves_the_path_below_the_root_the_instance_url_sits_under() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set("/api/v1/devices/Q2-A/switch/ports/statuses", "200 OK", b"[1]");
+    routes.set("/api/v1/networks/N_1", "200 OK", b"{}");
+    let s = serve(Behaviour::Routes(routes)).await;
+    let inst = instance(format!(
+        "{}/api/v1/organizations/549236",
+        s.url("http").trim_end_matches('/')
+    ));
+    let mut fan = fan_out_group("/devices/{item}/switch/ports/statuses");
+    fan.api_root = Some("/api/v1".into());
+    let poller = Poller::new().unwrap();
+    let ok = poller.poll(&inst, &fan, &items(&["Q2-A"])).await.unwrap();
+    assert!(ok.failed_items.is_empty(), "{:?}", ok.failed_items);
+    let mut one = group("/networks/N_1");
+    one.api_root = Some("/api/v1".into());
+    poller.poll(&inst, &one, &[]).await.unwrap();
+    let lines: Vec<String> = s
+        .requests()
+        .iter()
+        .map(|r| r.lines().next().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "GET /api/v1/devices/Q2-A/switch/ports/statuses HTTP/1.1",
+            "GET /api/v1/networks/N_1 HTTP/1.1",
+        ]
+    );
+    // An instance URL without the root: a permanent error naming both.
+    one.api_root = Some("/api/v2".into());
+    let e = assert_err(&poller.poll(&inst, &one, &[]).await, Permanent, ErrorKind::InvalidUrl);
+    assert!(
+        e.message.contains("\"/api/v2\"") && e.message.contains("/organizations/549236"),
+        "{}",
+        e.message
     );
 }
 

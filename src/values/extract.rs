@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use super::pointer::Pointer;
 use super::rule::{Filter, MetricKind, Rule, TimeFormat, ValueSource};
 use super::template::{Context, Rendered};
 use super::text::push_text;
@@ -213,15 +214,29 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
             }
         },
     };
-    let elements = array
-        .iter()
-        .map(|v| (None, v))
-        .chain(
-            object
-                .into_iter()
-                .flat_map(|m| m.iter().map(|(k, v)| (Some(k.as_str()), v))),
-        )
-        .filter(|(_, element)| keep(rule, element));
+    let outer = array.iter().map(|v| (None, v)).chain(
+        object
+            .into_iter()
+            .flat_map(|m| m.iter().map(|(k, v)| (Some(k.as_str()), v))),
+    );
+    // With `nested`, the elements are those of the list inside each
+    // element of `each` (an element without one holds none), each with the
+    // element that holds it as its parent.
+    let elements: Box<dyn Iterator<Item = (Option<&str>, &Value, Option<&Value>)>> = match &rule.nested {
+        None => Box::new(outer.map(|(k, v)| (k, v, None))),
+        Some(p) => Box::new(outer.flat_map(move |(_, parent)| {
+            let (inner, map): (&[Value], Option<&serde_json::Map<String, Value>>) = match p.resolve(parent) {
+                Some(Value::Array(items)) => (items.as_slice(), None),
+                Some(Value::Object(map)) => (&[], Some(map)),
+                _ => (&[], None),
+            };
+            inner.iter().map(move |v| (None, v, Some(parent))).chain(
+                map.into_iter()
+                    .flat_map(move |m| m.iter().map(move |(k, v)| (Some(k.as_str()), v, Some(parent)))),
+            )
+        })),
+    };
+    let elements = elements.filter(|(_, element, _)| keep(rule, element));
 
     let mut emit = |labels: Option<Vec<(Arc<str>, String)>>, value: f64, out: &mut Extraction| {
         let Some(labels) = labels else {
@@ -256,8 +271,8 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
         // order the sets first appear.
         let mut counts: Vec<(Labels, u64)> = Vec::new();
         let mut at: FxHashMap<Labels, usize> = FxHashMap::default();
-        for (key, element) in elements {
-            let Some(labels) = labels_of(rule, element, body, Context { key, ..cx }) else {
+        for (key, element, parent) in elements {
+            let Some(labels) = labels_of(rule, element, body, Context { key, parent, ..cx }) else {
                 out.skip(&rule.metric, SkipReason::Missing);
                 out.waiting_for_facts = true;
                 continue;
@@ -275,8 +290,8 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
         }
         return;
     }
-    for (key, element) in elements {
-        let cx = Context { key, ..cx };
+    for (key, element, parent) in elements {
+        let cx = Context { key, parent, ..cx };
         match rule.kind {
             MetricKind::Stateset => {
                 let ValueSource::Field(p) = &rule.value else { continue };
@@ -305,6 +320,7 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
                 let value = match &rule.value {
                     ValueSource::One => Ok(1.0),
                     ValueSource::Field(p) => number(rule, p.resolve(element)),
+                    ValueSource::Sum { terms, over } => sum(rule, terms, over, element),
                     ValueSource::Count => unreachable!("handled above"),
                 };
                 match value {
@@ -372,6 +388,48 @@ fn labels_of(rule: &Rule, element: &Value, body: &Value, cx: Context<'_>) -> Opt
     // Compiled rules keep labels in name order already (a BTreeMap).
     debug_assert!(labels.windows(2).all(|w| w[0].0 < w[1].0));
     Some(labels)
+}
+
+/// A `value = { sum = …, over = … }`: the fields added (numbers, booleans
+/// as 1/0, numeric strings), divided by the sum of `over` when it is
+/// given. A missing field, or an `over` that sums to 0, is missing (the
+/// rule's `map_default`, else skipped); any other field not a number.
+fn sum(rule: &Rule, terms: &[Pointer], over: &[Pointer], element: &Value) -> Result<f64, SkipReason> {
+    let add = |ps: &[Pointer]| -> Result<f64, SkipReason> {
+        let mut total = 0.0;
+        for p in ps {
+            total += match p.resolve(element) {
+                None | Some(Value::Null) => return Err(SkipReason::Missing),
+                Some(Value::Number(n)) => n.as_f64().ok_or(SkipReason::NotNumber)?,
+                Some(Value::Bool(b)) => f64::from(u8::from(*b)),
+                Some(Value::String(s)) => match s.trim().parse::<f64>() {
+                    Ok(x) if x.is_finite() => x,
+                    _ => return Err(SkipReason::NotNumber),
+                },
+                Some(_) => return Err(SkipReason::NotNumber),
+            };
+        }
+        Ok(total)
+    };
+    let missing = |reason: SkipReason| match (reason, rule.map_default) {
+        (SkipReason::Missing, Some(d)) => Ok(d),
+        _ => Err(reason),
+    };
+    let raw = match add(terms) {
+        Err(reason) => return missing(reason),
+        Ok(n) if over.is_empty() => n,
+        Ok(n) => match add(over) {
+            Err(reason) => return missing(reason),
+            Ok(0.0) => return missing(SkipReason::Missing),
+            Ok(d) => n / d,
+        },
+    };
+    let v = raw * rule.scale;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(SkipReason::NotNumber)
+    }
 }
 
 /// A JSON value as the sample's number: numbers as they are, booleans as

@@ -88,6 +88,38 @@ impl OneOrMany {
     }
 }
 
+/// A rule's `value` as written: a pointer (or `@count`), or a sum of
+/// fields, divided by another sum when `over` is given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ValueSpec {
+    /// A pointer inside the element, or `@count`.
+    Text(String),
+    /// `{ sum = ["/a", "/b"] }`, `{ sum = ["/lost"], over = ["/total"] }`.
+    Sum(SumSpec),
+}
+
+/// `value = { sum = [...], over = [...] }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SumSpec {
+    /// Pointers inside the element to the numbers added.
+    pub sum: Vec<String>,
+    /// Pointers to the numbers whose sum divides it (none: no division).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub over: Vec<String>,
+}
+
+impl std::fmt::Display for ValueSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ValueSpec::Text(t) => f.write_str(t),
+            ValueSpec::Sum(s) if s.over.is_empty() => write!(f, "{{ sum = {:?} }}", s.sum),
+            ValueSpec::Sum(s) => write!(f, "{{ sum = {:?}, over = {:?} }}", s.sum, s.over),
+        }
+    }
+}
+
 /// A value rule, as written (`[[types.groups.values]]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -102,14 +134,21 @@ pub struct ValueRule {
     /// Omitted: the body once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub each: Option<String>,
+    /// A pointer inside each element of `each` to a list (array or
+    /// object) walked in turn: one sample (set) per element of it, read as
+    /// the element (`where`, `value`, labels); `@parent/POINTER` reads the
+    /// element of `each` that holds it (the packet counters of each port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<String>,
     /// Keep the elements whose field (a pointer inside the element) equals
     /// one of the strings, or is there (`true`) or not (`false`).
     #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
     pub where_: Option<BTreeMap<String, OneOrMany>>,
-    /// A pointer inside the element, or `@count` (the number of elements
-    /// kept). Not used by `info`.
+    /// A pointer inside the element, `@count` (the number of elements
+    /// kept), or `{ sum = [POINTER, …], over = [POINTER, …] }` (the sum of
+    /// fields, divided by the sum of `over` when given). Not used by `info`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
+    pub value: Option<ValueSpec>,
     /// Label name → a pointer (`/id`), `@key`, `@item`, or a template
     /// (`"{/type}/{/vmid}"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -182,6 +221,9 @@ pub enum ValueSource {
     Count,
     /// Always 1 (`info`).
     One,
+    /// The sum of fields inside the element, divided by the sum of `over`
+    /// when it is not empty.
+    Sum { terms: Vec<Pointer>, over: Vec<Pointer> },
 }
 
 /// One label of a compiled rule.
@@ -206,6 +248,8 @@ pub struct Rule {
     pub help: Arc<str>,
     pub kind: MetricKind,
     pub each: Option<Pointer>,
+    /// The list inside each element of `each` walked instead of it.
+    pub nested: Option<Pointer>,
     /// (field, filter), all of which must hold.
     pub filters: Vec<(Pointer, Filter)>,
     pub value: ValueSource,
@@ -274,9 +318,12 @@ fn pointer(key: &str, text: &str) -> Result<Pointer, RuleError> {
     Pointer::parse(text).map_err(|e: PointerError| RuleError::new(key, text, e.to_string()))
 }
 
+/// A compiled rule's `each`, `nested` and `where` filters.
+type Head = (Option<Pointer>, Option<Pointer>, Vec<(Pointer, Filter)>);
+
 impl ValueRule {
-    /// Checks the rule and parses its pointers and templates.
-    pub fn compile(&self) -> Result<Rule, RuleError> {
+    /// The name, help, `each`, `nested` and `where`, checked.
+    fn compile_head(&self) -> Result<Head, RuleError> {
         if !valid_metric_name(&self.metric) {
             return Err(RuleError::new(
                 "metric",
@@ -302,6 +349,14 @@ impl ValueRule {
             return Err(RuleError::new("help", &self.help, "must be one line"));
         }
         let each = self.each.as_deref().map(|p| pointer("each", p)).transpose()?;
+        let nested = self.nested.as_deref().map(|p| pointer("nested", p)).transpose()?;
+        if let (Some(n), None) = (&self.nested, &each) {
+            return Err(RuleError::new(
+                "nested",
+                n,
+                "walks a list inside each element of `each`; set each",
+            ));
+        }
 
         let mut filters = Vec::new();
         if let Some(w) = &self.where_ {
@@ -321,8 +376,61 @@ impl ValueRule {
                 filters.push((pointer(&key, field)?, filter));
             }
         }
+        Ok((each, nested, filters))
+    }
 
-        let value = match (self.kind, self.value.as_deref()) {
+    /// `value`, checked.
+    fn compile_value(&self, each: &Option<Pointer>) -> Result<ValueSource, RuleError> {
+        let value = match (self.kind, &self.value) {
+            (MetricKind::Info | MetricKind::Stateset, Some(v @ ValueSpec::Sum(_))) => {
+                return Err(RuleError::new(
+                    "value",
+                    v,
+                    format!("a {} has no number to sum", self.kind.as_str()),
+                ));
+            }
+            (_, Some(ValueSpec::Sum(s))) => {
+                if s.sum.is_empty() {
+                    return Err(RuleError::new("value.sum", "[]", "lists no field to add"));
+                }
+                let terms = s
+                    .sum
+                    .iter()
+                    .map(|p| pointer("value.sum", p))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let over = s
+                    .over
+                    .iter()
+                    .map(|p| pointer("value.over", p))
+                    .collect::<Result<Vec<_>, _>>()?;
+                ValueSource::Sum { terms, over }
+            }
+            _ => self.compile_text_value()?,
+        };
+        if matches!(value, ValueSource::Sum { .. }) && (!self.map.is_empty() || self.parse.is_some()) {
+            return Err(RuleError::new(
+                if self.map.is_empty() { "parse" } else { "map" },
+                self.value.as_ref().map(ToString::to_string).unwrap_or_default(),
+                "reads a text value; a sum adds numbers",
+            ));
+        }
+        if matches!(value, ValueSource::Count) && each.is_none() {
+            return Err(RuleError::new(
+                "value",
+                "@count",
+                "counts the elements of `each`; set each",
+            ));
+        }
+        Ok(value)
+    }
+
+    /// `value` as a pointer, `@count` or nothing.
+    fn compile_text_value(&self) -> Result<ValueSource, RuleError> {
+        let text = match &self.value {
+            Some(ValueSpec::Text(t)) => Some(t.as_str()),
+            _ => None,
+        };
+        Ok(match (self.kind, text) {
             (MetricKind::Info, None) => ValueSource::One,
             (MetricKind::Info, Some(v)) => {
                 return Err(RuleError::new(
@@ -341,14 +449,15 @@ impl ValueRule {
             }
             (_, Some("@count")) => ValueSource::Count,
             (_, Some(v)) => ValueSource::Field(pointer("value", v)?),
-        };
-        if matches!(value, ValueSource::Count) && each.is_none() {
-            return Err(RuleError::new(
-                "value",
-                "@count",
-                "counts the elements of `each`; set each",
-            ));
-        }
+        })
+    }
+}
+
+impl ValueRule {
+    /// Checks the rule and parses its pointers and templates.
+    pub fn compile(&self) -> Result<Rule, RuleError> {
+        let (each, nested, filters) = self.compile_head()?;
+        let value = self.compile_value(&each)?;
 
         if !self.map.is_empty() && matches!(self.kind, MetricKind::Counter | MetricKind::Stateset) {
             return Err(RuleError::new(
@@ -495,7 +604,21 @@ impl ValueRule {
                     "@key names an object key of `each`; set each",
                 ));
             }
+            if template.uses_parent() && nested.is_none() {
+                return Err(RuleError::new(
+                    &key,
+                    text,
+                    "@parent reads the element of `each` that holds a `nested` one; set nested",
+                ));
+            }
             let per_element = self.count_by.contains(name);
+            if template.uses_parent() && matches!(value, ValueSource::Count) && !per_element {
+                return Err(RuleError::new(
+                    &key,
+                    text,
+                    "@count makes one sample for all elements, so there is no one parent to read (unless the label is in count_by)",
+                ));
+            }
             if template.uses_key() && matches!(value, ValueSource::Count) && !per_element {
                 return Err(RuleError::new(
                     &key,
@@ -546,6 +669,7 @@ impl ValueRule {
             help: Arc::from(self.help.as_str()),
             kind: self.kind,
             each,
+            nested,
             filters,
             value,
             labels,

@@ -1,7 +1,8 @@
 //! Label values: a pointer (`/id`), the element's object key (`@key`), the
 //! fan-out item (`@item`, or one of its fields: `@item.node`), an instance
 //! fact (`@fact.cluster`), a field of a lookup table's row
-//! (`@lookup.device[/serial].name`, see [`super::lookup`]), or a template
+//! (`@lookup.device[/serial].name`, see [`super::lookup`]), a field of the
+//! element that holds a `nested` element (`@parent/portId`), or a template
 //! mixing literal text with any of them in braces (`"{/type}/{/vmid}"`,
 //! `"cluster/{@fact.cluster}"`; `{{` and `}}` are literal braces).
 
@@ -23,6 +24,9 @@ pub enum Part {
     ItemField(Box<str>),
     /// A fact the instance's `facts` groups learned (`@fact.cluster`).
     Fact(Box<str>),
+    /// A field of the element of `each` that holds the element, when the
+    /// rule walks a `nested` list (`@parent/portId`).
+    Parent(Pointer),
     /// A field of a lookup table's row, the row named by the text of
     /// `key` (`@lookup.device[/serial].name`).
     Lookup {
@@ -42,7 +46,7 @@ pub enum TemplateError {
     #[error("is empty")]
     Empty,
     #[error(
-        "a label is a pointer (/id), @key, @item, @item.FIELD, @fact.NAME, @lookup.TABLE[KEY].FIELD, or a template with {{…}} such as \"{{/type}}/{{/vmid}}\""
+        "a label is a pointer (/id), @key, @item, @item.FIELD, @fact.NAME, @lookup.TABLE[KEY].FIELD, @parent/POINTER, or a template with {{…}} such as \"{{/type}}/{{/vmid}}\""
     )]
     Bare,
     #[error("a {{ is not closed")]
@@ -62,6 +66,9 @@ pub struct Context<'a> {
     pub item: Option<&'a str>,
     /// The instance's facts, when the rules read any.
     pub facts: Option<&'a Facts>,
+    /// The element of `each` that holds the element, when the rule walks
+    /// a `nested` list.
+    pub parent: Option<&'a Value>,
 }
 
 /// What rendering a template found.
@@ -75,7 +82,7 @@ pub enum Rendered {
     NoFact,
 }
 
-const PLACEHOLDERS: &str = "only @key, @item, @item.FIELD, @fact.NAME and @lookup.TABLE[KEY].FIELD";
+const PLACEHOLDERS: &str = "only @key, @item, @item.FIELD, @fact.NAME, @lookup.TABLE[KEY].FIELD and @parent/POINTER";
 
 /// `TABLE[KEY].FIELD` of `@lookup.TABLE[KEY].FIELD`, the key being a
 /// pointer or one of `@key`, `@item`, `@item.FIELD`, `@fact.NAME`.
@@ -118,6 +125,9 @@ fn placeholder(inner: &str) -> Result<Part, TemplateError> {
         _ if inner.starts_with("@item.") => named(&inner["@item.".len()..], Part::ItemField),
         _ if inner.starts_with("@fact.") => named(&inner["@fact.".len()..], Part::Fact),
         _ if inner.starts_with("@lookup.") => lookup(inner, &inner["@lookup.".len()..]),
+        _ if inner.starts_with("@parent/") => Pointer::parse(&inner["@parent".len()..])
+            .map(Part::Parent)
+            .map_err(|e| TemplateError::BadPointer(inner.into(), e)),
         _ if inner.starts_with('@') => Err(TemplateError::BadPlaceholder(inner.into(), PLACEHOLDERS)),
         _ if inner.is_empty() => Err(TemplateError::BadPlaceholder(inner.into(), "names nothing")),
         _ => Pointer::parse(inner)
@@ -179,6 +189,16 @@ impl Template {
         self.parts.iter().any(|p| match p {
             Part::Key => true,
             Part::Lookup { key, .. } => matches!(**key, Part::Key),
+            _ => false,
+        })
+    }
+
+    /// Whether it reads the element holding a nested one (`@parent/…`,
+    /// also as a lookup's key).
+    pub fn uses_parent(&self) -> bool {
+        self.parts.iter().any(|p| match p {
+            Part::Parent(_) => true,
+            Part::Lookup { key, .. } => matches!(**key, Part::Parent(_)),
             _ => false,
         })
     }
@@ -268,6 +288,13 @@ fn render_part(part: &Part, element: &Value, cx: Context<'_>, out: &mut String) 
             None => Rendered::NoFact,
         },
         Part::Field(p) => match p.resolve(element) {
+            None | Some(Value::Null) => Rendered::Missing,
+            Some(v) => {
+                push_text(v, out);
+                Rendered::Done
+            }
+        },
+        Part::Parent(p) => match cx.parent.and_then(|parent| p.resolve(parent)) {
             None | Some(Value::Null) => Rendered::Missing,
             Some(v) => {
                 push_text(v, out);

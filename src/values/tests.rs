@@ -460,6 +460,150 @@ fn fixed_labels_are_on_every_sample_as_written() {
 }
 
 #[test]
+fn nested_walks_a_list_inside_each_element_and_parent_reads_its_holder() {
+    let body = json!([
+        {"portId": "1", "packets": [
+            {"desc": "Total", "total": 120, "ratePerSec": {"total": 0.4}},
+            {"desc": "Broadcast", "total": 3, "ratePerSec": {"total": 0.1}}
+        ]},
+        {"portId": "2", "packets": [{"desc": "Total", "total": 0}]},
+        {"portId": "3"},
+        {"portId": "4", "packets": {"a": {"desc": "Total", "total": 7}}}
+    ]);
+    let r = compile(
+        r#"
+        metric = "port_packets"
+        each = ""
+        nested = "/packets"
+        where = { "/desc" = "Total" }
+        value = "/total"
+        labels = { port = "@parent/portId", name = "Port {@parent/portId}", key = "@key" }
+        "#,
+    );
+    let x = extract(std::slice::from_ref(&r), &body, None, DEFAULT_MAX_SERIES);
+    // A holder without the list gives nothing and is not counted missing;
+    // an object's elements have their key.
+    assert_eq!(
+        series(&x),
+        [
+            "port_packets{key=,name=Port 1,port=1} 120",
+            "port_packets{key=,name=Port 2,port=2} 0",
+            "port_packets{key=a,name=Port 4,port=4} 7",
+        ]
+    );
+    assert!(x.skipped.is_empty(), "{:?}", x.skipped);
+    // A count counts the nested elements; count_by may read the parent.
+    let c = compile(
+        r#"
+        metric = "packet_kinds_total"
+        each = ""
+        nested = "/packets"
+        value = "@count"
+        labels = { port = "@parent/portId" }
+        count_by = ["port"]
+        "#,
+    );
+    let x = extract(std::slice::from_ref(&c), &body, None, DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        [
+            "packet_kinds_total{port=1} 2",
+            "packet_kinds_total{port=2} 1",
+            "packet_kinds_total{port=4} 1",
+        ]
+    );
+}
+
+#[test]
+fn a_sum_adds_fields_and_over_divides_by_another_sum() {
+    let rules = [
+        compile(
+            r#"
+            metric = "packets_total"
+            each = ""
+            value = { sum = ["/down/total", "/up/total"] }
+            labels = { ap = "/ap" }
+            "#,
+        ),
+        compile(
+            r#"
+            metric = "loss_percent"
+            each = ""
+            value = { sum = ["/down/lost", "/up/lost"], over = ["/down/total", "/up/total"] }
+            labels = { ap = "/ap" }
+            scale = 100
+            map_default = 0
+            "#,
+        ),
+        compile(
+            r#"
+            metric = "loss_ratio"
+            each = ""
+            value = { sum = ["/down/lost"], over = ["/down/total"] }
+            labels = { ap = "/ap" }
+            "#,
+        ),
+    ];
+    let body = json!([
+        {"ap": "a", "down": {"total": 300, "lost": 3}, "up": {"total": "100", "lost": true}},
+        {"ap": "b", "down": {"total": 0, "lost": 0}, "up": {"total": 0, "lost": 0}},
+        {"ap": "c", "down": {"total": 10, "lost": "x"}},
+        {"ap": "d", "down": {"total": [1], "lost": 1}, "up": {"total": 1, "lost": 0}}
+    ]);
+    let x = extract(&rules, &body, None, DEFAULT_MAX_SERIES);
+    // Numbers, numeric strings and booleans add; over 0 or a missing
+    // field is missing (map_default, else skipped).
+    assert_eq!(
+        series(&x),
+        [
+            "packets_total{ap=a} 400",
+            "packets_total{ap=b} 0",
+            "loss_percent{ap=a} 1",
+            "loss_percent{ap=b} 0",
+            "loss_ratio{ap=a} 0.01",
+        ]
+    );
+    let m = |metric: &str| std::sync::Arc::<str>::from(metric);
+    assert_eq!(x.skipped.get(&(m("packets_total"), SkipReason::Missing)), Some(&1));
+    assert_eq!(x.skipped.get(&(m("packets_total"), SkipReason::NotNumber)), Some(&1));
+    assert_eq!(x.skipped.get(&(m("loss_percent"), SkipReason::NotNumber)), Some(&2));
+    assert_eq!(x.skipped.get(&(m("loss_ratio"), SkipReason::Missing)), Some(&1));
+    assert_eq!(x.skipped.get(&(m("loss_ratio"), SkipReason::NotNumber)), Some(&2));
+}
+
+#[test]
+fn a_sum_is_checked() {
+    let e = compile_err("metric = \"m\"\nvalue = { sum = [] }");
+    assert_eq!(e.key, "value.sum");
+    let e = compile_err("metric = \"m\"\nvalue = { sum = [\"/a\"], over = [\"b\"] }");
+    assert_eq!(e.key, "value.over");
+    let e = compile_err("metric = \"m\"\nvalue = { sum = [\"/a\"] }\nmap = { x = 1 }");
+    assert_eq!(e.key, "map");
+    let e = compile_err("metric = \"m\"\nkind = \"info\"\nvalue = { sum = [\"/a\"] }");
+    assert_eq!(e.key, "value");
+    // An unknown key in the form is refused when the rule is read.
+    assert!(toml::from_str::<ValueRule>("metric = \"m\"\nvalue = { sum = [\"/a\"], times = 2 }").is_err());
+}
+
+#[test]
+fn nested_and_parent_are_checked() {
+    let e = compile_err("metric = \"m\"\nnested = \"/packets\"\nvalue = \"/total\"");
+    assert_eq!(e.key, "nested");
+    let e = compile_err("metric = \"m\"\neach = \"\"\nnested = \"packets\"\nvalue = \"/total\"");
+    assert_eq!(e.key, "nested");
+    let e = compile_err("metric = \"m\"\neach = \"\"\nvalue = \"/total\"\nlabels = { port = \"@parent/portId\" }");
+    assert_eq!(e.key, "labels.port");
+    assert!(e.message.contains("set nested"), "{}", e.message);
+    let e = compile_err(
+        "metric = \"m\"\neach = \"\"\nnested = \"/p\"\nvalue = \"@count\"\nlabels = { port = \"@parent/portId\" }",
+    );
+    assert_eq!(e.key, "labels.port");
+    let e =
+        compile_err("metric = \"m\"\neach = \"\"\nnested = \"/p\"\nvalue = \"/t\"\nlabels = { port = \"@parent\" }");
+    assert_eq!(e.key, "labels.port");
+}
+
+#[test]
 fn count_by_counts_per_set_of_element_labels_and_truncate_cuts_them() {
     let r = compile(
         r#"

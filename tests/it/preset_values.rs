@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use pollster::fleet::sim::{self, SimApi};
 use pollster::model::TypeDef;
+use pollster::poll::shape::{self, ItemNames};
 use pollster::values::{Context, DEFAULT_MAX_SERIES, Extractor, Facts, exposition};
 
 /// The tick every body is taken at: the Lyon MX is alerting then.
@@ -107,20 +108,29 @@ fn run(api: SimApi, name: &str) -> Run {
             None => vec![None],
             Some(shape) => {
                 let src = t.groups.iter().find(|o| &o.name == shape).expect("shape group");
-                let list = body(api, &src.path);
-                let field = src.item_field.as_deref().expect("item_field");
-                list.pointer(src.shape_from.as_deref().unwrap_or(""))
-                    .and_then(|v| v.as_array())
+                let names = if src.item_fields.is_empty() {
+                    ItemNames::from(src.item_field.as_deref())
+                } else {
+                    ItemNames::Fields(&src.item_fields)
+                };
+                let pointer = src.shape_from.as_deref().expect("shape_from");
+                shape::shape_in(&body(api, &src.path), pointer, names)
                     .expect("shape list")
-                    .iter()
-                    .map(|e| Some(e[field].as_str().expect("item name").to_string()))
+                    .items
+                    .into_iter()
+                    .map(Some)
                     .collect()
             }
         };
         for item in items {
             let path = match &item {
-                Some(i) => group.path.replace("{item}", i),
+                Some(i) => shape::item_path(&group.path, i).expect("an item path"),
                 None => group.path.clone(),
+            };
+            // Below the API root, the simulator answers the path in full.
+            let path = match &group.api_root {
+                Some(root) => format!("{root}{path}"),
+                None => path,
             };
             let mut one = Extractor::new(DEFAULT_MAX_SERIES);
             let cx = Context {

@@ -227,6 +227,12 @@ pub fn offline_exposition(ty: &TypeDef, body: &dyn Fn(&str) -> Option<Value>) ->
                 Some(i) => shape::item_path(&group.path, i).expect("an item path"),
                 None => group.path.clone(),
             };
+            // A group with an api_root calls below the API root, not the
+            // instance's base: the simulator answers the path in full.
+            let path = match &group.api_root {
+                Some(root) => format!("{root}{path}"),
+                None => path,
+            };
             let Some(doc) = body(&path) else {
                 continue; // the offline node: the fan-out item fails
             };
