@@ -23,7 +23,7 @@ const RESTORE_SPARE_BYTES: u64 = 16 << 20;
 /// and clears it with the rest of the outbox when it starts without.
 fn cli_row(action: &str, target: &str, now: Timestamp) -> OutboxEvent {
     let event = Event::operator(now, CLI_ACTOR, action, target);
-    let mut row = event.to_outbox(&mut rand::rand_core::UnwrapErr(rand::rngs::SysRng));
+    let mut row = event.to_outbox(&mut crate::model::random::os());
     row.audit = Some(AuditStamp {
         time: event.time,
         source: None,

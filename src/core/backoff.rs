@@ -29,9 +29,9 @@ pub fn delay<R: Rng + ?Sized>(failures: u32, s: &FailureSettings, rng: &mut R) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::random::SmallRng;
     use proptest::prelude::*;
     use rand::SeedableRng;
-    use rand::rngs::SmallRng;
 
     fn defaults() -> FailureSettings {
         FailureSettings::default()

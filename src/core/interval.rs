@@ -114,9 +114,9 @@ fn schedule<R: Rng + ?Sized>(smoothed: f64, min: f64, max: f64, planned: Duratio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::random::SmallRng;
     use proptest::prelude::*;
     use rand::SeedableRng;
-    use rand::rngs::SmallRng;
 
     fn s() -> AdaptiveSettings {
         AdaptiveSettings::default()

@@ -289,8 +289,8 @@ pub fn on_failure<R: Rng + ?Sized>(
 mod tests {
     use super::*;
     use crate::model::ErrorKind;
+    use crate::model::random::SmallRng;
     use rand::SeedableRng;
-    use rand::rngs::SmallRng;
 
     fn meta() -> TaskMeta {
         TaskMeta::new("http", 3, Duration::from_secs(5))

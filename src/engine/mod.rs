@@ -44,6 +44,7 @@ use crate::core::plan;
 use crate::core::scheduler::{OpError, OperatorOp, Prepared};
 use crate::core::task::{DeadLetterMove, Transition};
 use crate::metrics::Metrics;
+use crate::model::random::StdRng;
 use crate::model::{
     BreakerState, ErrorCategory, ErrorKind, MonitoringSettings, PollError, PollResult, TaskKey, TaskRecord, Timestamp,
 };
@@ -54,7 +55,6 @@ use crate::sink::{Sink, SinkMetrics};
 use crate::store::{OutboxEvent, Store};
 use budget::BudgetState;
 use ports::{Clock, Fetch, Ports, TaskStore};
-use rand::rngs::StdRng;
 use settings::SettingsLayers;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -8,11 +8,11 @@
 //! paused time, in milliseconds and the same way every run, on a real redb
 //! file or on a fake `TaskStore` (one whose commits fail, say).
 
+use crate::model::random::StdRng;
 use crate::model::{BaseUrl, GroupDef, InstanceConfig, PollResult, TaskKey, TaskRecord, Timestamp};
 use crate::poll::Poller;
 use crate::store::{LoadedTasks, OutboxEvent, Store, StoreError};
 use rand::SeedableRng;
-use rand::rngs::StdRng;
 use std::sync::Arc;
 
 pub use crate::model::{Clock, SystemClock};

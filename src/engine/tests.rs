@@ -70,7 +70,7 @@ async fn an_operator_action_that_cannot_be_committed_changes_nothing() {
     // The store refuses this key (an instance name with a NUL), so the
     // commit fails.
     let key = TaskKey::new("bad\0name", "probe");
-    let now = Timestamp::now();
+    let now = shared.now();
     let rec = dead_lettered(&shared, &key, now);
     for op in [OperatorOp::Discard, OperatorOp::Retry] {
         let err = shared.operator_action(&key, "test", op).await;
@@ -97,7 +97,7 @@ async fn an_operator_action_is_on_disk_when_it_is_visible() {
     let dir = tempfile::tempdir().expect("tempdir");
     let shared = shared(dir.path());
     let key = TaskKey::new("web-1", "probe");
-    let now = Timestamp::now();
+    let now = shared.now();
     dead_lettered(&shared, &key, now);
     let rec = shared
         .operator_action(&key, "test", OperatorOp::Discard)
@@ -136,7 +136,7 @@ async fn an_operator_action_commits_its_event_with_it_and_a_failed_one_none() {
     let dir = tempfile::tempdir().expect("tempdir");
     let shared = shared_with_sink(dir.path(), sink_on());
     let bad = TaskKey::new("bad\0name", "probe");
-    let now = Timestamp::now();
+    let now = shared.now();
     dead_lettered(&shared, &bad, now);
     assert!(shared.operator_action(&bad, "test", OperatorOp::Discard).await.is_err());
     assert!(outbox(&shared).is_empty(), "no event for a change that was not made");
@@ -162,7 +162,7 @@ async fn an_operator_action_commits_its_event_with_it_and_a_failed_one_none() {
 async fn staged_change_events_go_with_the_group_commit_or_wait_for_the_next() {
     let dir = tempfile::tempdir().expect("tempdir");
     let shared = shared_with_sink(dir.path(), sink_on());
-    let now = Timestamp::now();
+    let now = shared.now();
     let bad = TaskKey::new("bad\0name", "probe");
     dead_lettered(&shared, &bad, now);
     let event = crate::sink::Event::operator(now, "a", "instance.update", "x");
@@ -215,7 +215,7 @@ fn planned_completion(
         true,
     );
     let d = s.pop_due(now).expect("due");
-    s.prepare_completion(&d.key, result, now, &mut rand::rng())
+    s.prepare_completion(&d.key, result, now, &mut crate::model::random::seeded(1))
         .expect("planned")
 }
 
@@ -223,7 +223,7 @@ fn planned_completion(
 async fn a_dead_letter_move_that_cannot_be_committed_is_not_made() {
     let dir = tempfile::tempdir().expect("tempdir");
     let shared = shared_with_sink(dir.path(), sink_on());
-    let now = Timestamp::now();
+    let now = shared.now();
     // The store refuses this key, so the commit fails.
     let bad = TaskKey::new("bad\0name", "probe");
     let result = fails_for_good();

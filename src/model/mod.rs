@@ -10,6 +10,7 @@ mod base_url;
 mod instance;
 mod name;
 mod outcome;
+pub mod random;
 mod record;
 mod secret;
 mod settings;

@@ -425,7 +425,7 @@ async fn status_429_retry_after_seconds() {
 
 #[tokio::test]
 async fn status_429_retry_after_http_date() {
-    let at = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(30));
+    let at = httpdate::fmt_http_date(crate::model::SystemClock.now().to_system_time() + Duration::from_secs(30));
     let s = serve(respond(response("429 Too Many Requests", &[("Retry-After", &at)], b""))).await;
     let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::RateLimited);
     let wait = e.retry_after.expect("retry_after parsed from the date");
@@ -435,7 +435,7 @@ async fn status_429_retry_after_http_date() {
     );
 
     // Far future: capped at 60 s.
-    let at = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3600));
+    let at = httpdate::fmt_http_date(crate::model::SystemClock.now().to_system_time() + Duration::from_secs(3600));
     let s = serve(respond(response("429 Too Many Requests", &[("Retry-After", &at)], b""))).await;
     let e = assert_err(&poll_url(s.url("http")).await, Transient, ErrorKind::RateLimited);
     assert_eq!(e.retry_after, Some(Duration::from_secs(60)));

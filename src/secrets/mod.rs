@@ -60,7 +60,7 @@ impl DataKey {
     pub fn generate() -> Result<DataKey, String> {
         use rand::TryRng;
         let mut k = [0u8; KEY_LEN];
-        rand::rngs::SysRng
+        crate::model::random::SysRng
             .try_fill_bytes(&mut k)
             .map_err(|e| format!("the operating system's random number generator failed: {e}"))?;
         Ok(DataKey(k))
@@ -99,7 +99,7 @@ impl DataKey {
     /// operating system's generator (panics if it fails: a nonce must not
     /// be guessable or repeat).
     pub fn seal(&self, aad: &str, plaintext: &str) -> String {
-        let mut rng = rand::rand_core::UnwrapErr(rand::rngs::SysRng);
+        let mut rng = crate::model::random::os();
         self.seal_with(&mut rng, aad, plaintext)
     }
 
@@ -206,8 +206,8 @@ mod tests {
     fn every_seal_has_its_own_nonce_and_a_seeded_rng_gives_fixed_bytes() {
         let k = key(1);
         assert_ne!(k.seal("a", "x"), k.seal("a", "x"));
-        let mut r1 = rand::rngs::StdRng::seed_from_u64(3);
-        let mut r2 = rand::rngs::StdRng::seed_from_u64(3);
+        let mut r1 = crate::model::random::StdRng::seed_from_u64(3);
+        let mut r2 = crate::model::random::StdRng::seed_from_u64(3);
         assert_eq!(k.seal_with(&mut r1, "a", "x"), k.seal_with(&mut r2, "a", "x"));
     }
 

@@ -132,7 +132,7 @@ struct Inner {
     outbox: OnceLock<Store>,
     /// Where event ids draw their random bits: seeded by the engine's RNG
     /// ([`Sink::seed_ids`]), from the OS until then.
-    ids: Mutex<rand::rngs::StdRng>,
+    ids: Mutex<crate::model::random::StdRng>,
     /// Where the sink reads the time: the engine's clock.
     clock: Arc<dyn Clock>,
 }
@@ -223,7 +223,7 @@ impl Sink {
 
     /// Draw event ids from `rng` from now on (the engine's seeded RNG, so
     /// a run with a fixed seed makes the same ids).
-    pub fn seed_ids(&self, rng: rand::rngs::StdRng) {
+    pub fn seed_ids(&self, rng: crate::model::random::StdRng) {
         *lock(&self.inner.ids) = rng;
     }
 

@@ -142,7 +142,12 @@ fn config(rx: &Receiver, batch_size: usize, buffering_ms: u64) -> SinkConfig {
 
 /// Event number `n`, carried in an operator event's `target`.
 fn ev(n: u64) -> Event {
-    Event::operator(Timestamp::now(), "tester", "instance.update", &n.to_string())
+    Event::operator(
+        Timestamp(1_742_580_300_000),
+        "tester",
+        "instance.update",
+        &n.to_string(),
+    )
 }
 
 fn numbers(lines: &[String]) -> Vec<u64> {
@@ -626,7 +631,9 @@ fn outbox_store(dir: &tempfile::TempDir) -> Store {
 }
 
 fn commit_changes(store: &Store, range: std::ops::Range<u64>) -> Vec<String> {
-    let rows: Vec<OutboxEvent> = range.map(|n| ev(n).to_outbox(&mut rand::rng())).collect();
+    let rows: Vec<OutboxEvent> = range
+        .map(|n| ev(n).to_outbox(&mut crate::model::random::seeded(1)))
+        .collect();
     store.append_outbox(&rows).expect("append");
     rows.into_iter().map(|r| r.id).collect()
 }
@@ -683,7 +690,7 @@ async fn a_rejected_batch_drops_its_poll_events_but_keeps_its_change_events() {
     rx.script(&[Mode::Fail400]);
     let (sink, metrics) = started_with_outbox(Some(config(&rx, 10, 50)), &store);
     let poll = Event::poll(
-        Timestamp::now(),
+        Timestamp(1_742_580_300_000),
         event::PollEvent::success("a", "t", "g", Duration::ZERO, 200, false),
     );
     sink.emit(&poll);
@@ -759,7 +766,7 @@ async fn with_the_sink_off_nothing_is_staged_and_the_outbox_is_cleared() {
     assert_eq!(store.outbox_len().expect("len"), 0, "not for the sink");
     assert_eq!(store.audit_len().expect("len"), 1);
     let breaker = Event::breaker(
-        Timestamp::now(),
+        Timestamp(1_742_580_300_000),
         crate::sink::event::BreakerEvent {
             instance: "i".into(),
             type_name: "t".into(),

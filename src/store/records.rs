@@ -206,12 +206,11 @@ pub fn decode_task(key: &[u8], value: &[u8]) -> Result<(TaskKey, TaskRecord), St
 /// An instance as the `instances` table holds it, its credentials sealed
 /// under `data_key` (an instance with credentials needs one).
 pub fn encode_instance(inst: &InstanceConfig, data_key: Option<&DataKey>) -> Result<Vec<u8>, StoreError> {
-    let stored = StoredInstance::seal(inst, data_key, &mut rand::rand_core::UnwrapErr(rand::rngs::SysRng)).map_err(
-        |reason| StoreError::Encode {
+    let stored =
+        StoredInstance::seal(inst, data_key, &mut crate::model::random::os()).map_err(|reason| StoreError::Encode {
             what: "instance",
             reason,
-        },
-    )?;
+        })?;
     codec::encode_stored(&stored)
 }
 
@@ -248,11 +247,9 @@ pub(crate) fn decode_instance_with(
 /// The sink's document as the `settings` table holds it, its secrets sealed.
 pub(crate) fn encode_sink(doc: &serde_json::Value, data_key: Option<&DataKey>) -> Result<Vec<u8>, StoreError> {
     let stored =
-        StoredSink::seal(doc, data_key, &mut rand::rand_core::UnwrapErr(rand::rngs::SysRng)).map_err(|reason| {
-            StoreError::Encode {
-                what: "sink settings",
-                reason,
-            }
+        StoredSink::seal(doc, data_key, &mut crate::model::random::os()).map_err(|reason| StoreError::Encode {
+            what: "sink settings",
+            reason,
         })?;
     codec::encode_stored(&stored)
 }

@@ -5,8 +5,8 @@
 //! are kept unique at creation, so revoking by id finds its row with a
 //! prefix range scan.
 
+use crate::model::random::SysRng;
 use rand::TryRng;
-use rand::rngs::SysRng;
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -16,7 +16,7 @@ pub fn random_hex(bytes: usize) -> String {
     let mut b = vec![0u8; bytes];
     // The OS RNG failing is not recoverable in any useful way; an all-zero
     // token would be guessable, so refuse to continue.
-    if rand::rngs::SysRng.try_fill_bytes(&mut b).is_err() {
+    if crate::model::random::SysRng.try_fill_bytes(&mut b).is_err() {
         panic!("the operating system's random number generator failed");
     }
     hex::encode(b)

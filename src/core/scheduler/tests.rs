@@ -1,7 +1,7 @@
 use super::*;
+use crate::model::random::SmallRng;
 use crate::model::{ErrorCategory, ErrorKind, PollError, PollResult, PollSuccess};
 use rand::SeedableRng;
-use rand::rngs::SmallRng;
 
 const SEC: u64 = 1000;
 

@@ -21,7 +21,7 @@ fn parse(e: &Event) -> Value {
 #[test]
 fn event_ids_are_ulids_of_the_time_and_random_bits() {
     use rand::SeedableRng;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut rng = crate::model::random::StdRng::seed_from_u64(7);
     let a = new_event_id(T, &mut rng);
     let b = new_event_id(T, &mut rng);
     assert_eq!(a.len(), 26);
@@ -40,7 +40,7 @@ fn event_ids_are_ulids_of_the_time_and_random_bits() {
 #[test]
 fn change_events_carry_their_id_in_the_stored_line() {
     use rand::SeedableRng;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let mut rng = crate::model::random::StdRng::seed_from_u64(1);
     let e = Event::operator(T, "admin", "instance.create", "web-1");
     assert!(e.is_change());
     assert!(parse(&e).get("id").is_none(), "no id until it is given one");

@@ -134,14 +134,14 @@ fn fixture_key() -> crate::secrets::DataKey {
 /// bytes are fixed.
 fn encode_sealed_instance(i: &InstanceConfig) -> Result<Vec<u8>, StoreError> {
     use rand::SeedableRng;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let mut rng = crate::model::random::StdRng::seed_from_u64(1);
     let s = StoredInstance::seal(i, Some(&fixture_key()), &mut rng).expect("seal");
     codec::encode_stored(&s)
 }
 
 fn encode_sealed_sink(doc: &serde_json::Value) -> Result<Vec<u8>, StoreError> {
     use rand::SeedableRng;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let mut rng = crate::model::random::StdRng::seed_from_u64(1);
     let s = StoredSink::seal(doc, Some(&fixture_key()), &mut rng).expect("seal");
     codec::encode_stored(&s)
 }
