@@ -25,12 +25,19 @@
 //! readings (`/sensor/readings/latest`) from their first answer on, the CPU
 //! seconds and the peak RSS of the process, and the series it serves.
 
+#[path = "../tests/common/port.rs"]
+mod port;
+#[path = "common/release.rs"]
+mod release;
+
 use clap::Parser;
 use pollster::fleet::sim::org::OrgBucket;
 use pollster::fleet::sim::{self, SimApi, meraki};
+use port::free_port;
+use release::default_bin;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -169,21 +176,6 @@ fn main() {
     if args.out.is_some() {
         eprintln!("kept in {}", dir.display());
     }
-}
-
-/// `target/release/pollster` when this runs as `target/release/examples/meraki_side`.
-fn default_bin() -> PathBuf {
-    std::env::current_exe()
-        .expect("the path of this executable")
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("pollster"))
-        .expect("examples/ has a parent directory")
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("a local address").port()
 }
 
 // ---------------------------------------------------------------------------

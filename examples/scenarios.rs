@@ -22,8 +22,12 @@
 //! appliance every second (`/api/monitoring/scheduler/groups`, `/metrics`).
 //! The run ends with the table per minute and the verdict on each goal.
 
+#[path = "common/release.rs"]
+mod release;
+
 use clap::{Parser, ValueEnum};
 use pollster::fleet::sim::org::{GROUPS, INSTANCES, OrgBucket, POOL, SHARE_RPS};
+use release::default_bin;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -162,16 +166,6 @@ fn main() {
             dir.display()
         );
     }
-}
-
-/// `target/release/pollster` when this runs as `target/release/examples/scenarios`.
-fn default_bin() -> PathBuf {
-    std::env::current_exe()
-        .expect("the path of this executable")
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("pollster"))
-        .expect("examples/ has a parent directory")
 }
 
 // ---------------------------------------------------------------------------
