@@ -79,6 +79,8 @@ pub struct Application {
     posture: web::posture::Posture,
     tls: crate::tls::TlsHandle,
     metrics_auth: crate::config::MetricsAuth,
+    /// Reads the config file again: SIGHUP, `POST /api/admin/reload`.
+    reloader: Arc<crate::service::reload::Reloader>,
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
@@ -93,9 +95,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .map_err(|e| AppError::Other(e.to_string()))
 }
 
-/// SIGHUP reads the certificates again (a no-op without TLS, so that
-/// `systemctl reload` never ends the process).
-async fn reload_on_hangup(tls: crate::tls::TlsHandle) {
+/// SIGHUP reads the config file, the environment and the certificates
+/// again (`systemctl reload`); a bad file is logged and changes nothing, and
+/// the process never ends on it.
+async fn reload_on_hangup(reloader: Arc<crate::service::reload::Reloader>, cx: crate::service::Context) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -103,21 +106,12 @@ async fn reload_on_hangup(tls: crate::tls::TlsHandle) {
             return;
         };
         while hup.recv().await.is_some() {
-            if tls.is_empty() {
-                tracing::info!("SIGHUP: no TLS certificates to reload");
-                continue;
-            }
-            let t = tls.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                if t.reload().is_ok() {
-                    tracing::info!("SIGHUP: TLS certificates reloaded");
-                }
-            })
-            .await;
+            tracing::info!("SIGHUP: reloading the config");
+            let _ = reloader.reload(&cx, "signal").await;
         }
     }
     #[cfg(not(unix))]
-    let _ = tls;
+    let _ = (reloader, cx);
 }
 
 impl Application {
@@ -235,21 +229,7 @@ impl Application {
         // Budget pools changed from the UI or API override the file's.
         let s = store.clone();
         let saved_budgets = blocking(move || s.get_settings(crate::service::budgets::BUDGETS_KEY)).await??;
-        if let Some(Value::Object(saved)) = saved_budgets {
-            for (name, v) in saved {
-                let b = match serde_json::from_value::<crate::model::BudgetConfig>(v) {
-                    Ok(b) if b.name == name && b.validate("").is_ok() => b,
-                    _ => {
-                        tracing::warn!(pool = %name, "ignoring a saved budget pool that is no longer valid");
-                        continue;
-                    }
-                };
-                match catalog.budgets.iter_mut().find(|x| x.name == name) {
-                    Some(x) => *x = b,
-                    None => catalog.budgets.push(b),
-                }
-            }
-        }
+        crate::service::budgets::overlay_saved(&mut catalog, saved_budgets);
         let s = store.clone();
         let stored = blocking(move || s.list_instances()).await??;
         for i in stored {
@@ -271,25 +251,7 @@ impl Application {
         // place of the file's, then the environment over it.
         let s = store.clone();
         let saved_sink = blocking(move || s.get_settings(crate::store::SINK_SETTINGS)).await??;
-        let sink = match saved_sink {
-            None => config.sink.clone(),
-            Some(doc) => match serde_json::from_value::<Option<crate::config::SinkConfig>>(doc) {
-                Ok(saved) => {
-                    let layered = config.env.apply_sink(saved);
-                    match layered.as_ref().map(|c| c.validate()) {
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %e, "ignoring the sink settings saved from the UI");
-                            config.sink.clone()
-                        }
-                        _ => layered,
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "ignoring unreadable sink settings saved from the UI");
-                    config.sink.clone()
-                }
-            },
-        };
+        let sink = crate::service::sink::layered(&config, saved_sink);
         // Checked at load already; read again here for the copy that serves.
         let tls = crate::tls::TlsHandle::open(config.server.api_tls(), config.server.metrics_tls())?;
         // Nothing below refuses the configuration: only now take the ports.
@@ -314,6 +276,13 @@ impl Application {
         };
         let shared = Shared::new(store, fetch, &ports, catalog, layers, settings, sink)?;
         let engine = Engine::start(shared).await?;
+        let reloader = Arc::new(crate::service::reload::Reloader::new(
+            config.clone(),
+            crate::service::reload::EnvSource::Process,
+            tls.clone(),
+            engine.parts().2.config_reload.clone(),
+            ports.clock.now(),
+        ));
         Ok(Application {
             engine,
             api,
@@ -334,6 +303,7 @@ impl Application {
             },
             tls,
             metrics_auth: config.server.metrics_auth,
+            reloader,
         })
     }
 
@@ -356,6 +326,12 @@ impl Application {
         self.tls.clone()
     }
 
+    /// What reads the config file again (SIGHUP, the API); `main` gives it
+    /// the log filter with [`crate::service::reload::Reloader::set_log_level`].
+    pub fn reloader(&self) -> Arc<crate::service::reload::Reloader> {
+        self.reloader.clone()
+    }
+
     /// The running engine, as the web layer and tests reach it.
     pub fn engine(&self) -> EngineHandle {
         self.engine.handle()
@@ -374,15 +350,16 @@ impl Application {
     /// Serve until `shutdown` completes, then stop dispatching, let polls in
     /// flight finish (or abandon them after a bound) and flush state.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
-        let web_state =
-            web::WebState::new(self.proxies.clone(), self.setup_code.clone()).with_posture(self.posture.clone());
+        let web_state = web::WebState::new(self.proxies.clone(), self.setup_code.clone())
+            .with_posture(self.posture.clone())
+            .with_reloader(self.reloader.clone());
         let (store, sink, metrics) = self.engine.parts();
         let cx = crate::service::Context {
             engine: self.engine.handle(),
             store,
             sink,
         };
-        let state = AppState::new(cx, metrics, web_state);
+        let state = AppState::new(cx.clone(), metrics, web_state);
         let tls_config = |certs: &Option<Arc<crate::tls::CertStore>>| {
             certs
                 .clone()
@@ -393,7 +370,7 @@ impl Application {
         let api_tls = tls_config(&self.tls.api)?;
         let metrics_tls = tls_config(&self.tls.metrics)?;
         let watcher = tokio::spawn(crate::tls::watch(self.tls.clone(), crate::tls::WATCH_INTERVAL));
-        let hangup = tokio::spawn(reload_on_hangup(self.tls.clone()));
+        let hangup = tokio::spawn(reload_on_hangup(self.reloader.clone(), cx.clone()));
         let state_store = state.store.clone();
         let pruner = tokio::spawn(web::session_store::prune_loop(
             state.store.clone(),

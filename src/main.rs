@@ -4,30 +4,51 @@
 use clap::Parser;
 use pollster::cli::{self, Cli, Command, EXIT_CONFIG, EXIT_FAILURE, Failure};
 use pollster::config::{DEFAULT_LOG_LEVEL, LogConfig, LogFormat};
+use pollster::service::reload::SetLogLevel;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// The log, as `[log]`, `POLLSTER_LOG_*` (or `RUST_LOG`) and `--log-format`
 /// set it: plain lines (colours only on a terminal; the journal adds its own
 /// metadata), or one JSON object a line with the event's fields at the top
-/// level beside `timestamp`, `level`, `target` and `message`.
-fn init_logging(log: &LogConfig, format: Option<LogFormat>) {
+/// level beside `timestamp`, `level`, `target` and `message`. Returns what
+/// changes the filter later (a config reload).
+fn init_logging(log: &LogConfig, format: Option<LogFormat>) -> SetLogLevel {
     let filter = tracing_subscriber::EnvFilter::try_new(&log.level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_LEVEL));
+    fn setter<S>(handle: tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, S>) -> SetLogLevel
+    where
+        S: Send + Sync + 'static,
+    {
+        std::sync::Arc::new(move |level: &str| {
+            let next = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+            handle.reload(next).map_err(|e| e.to_string())
+        })
+    }
     match format.unwrap_or(log.format) {
-        LogFormat::Text => tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_ansi(std::io::stderr().is_terminal())
-            .with_writer(std::io::stderr)
-            .init(),
-        LogFormat::Json => tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init(),
+        LogFormat::Text => {
+            let builder = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_writer(std::io::stderr)
+                .with_filter_reloading();
+            let set = setter(builder.reload_handle());
+            builder.init();
+            set
+        }
+        LogFormat::Json => {
+            let builder = tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .with_filter_reloading();
+            let set = setter(builder.reload_handle());
+            builder.init();
+            set
+        }
     }
 }
 
@@ -67,14 +88,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Serve { config, log_format } => {
             let config = cli::load_config(config.as_deref())?;
-            init_logging(&config.log, log_format);
+            let set_level = init_logging(&config.log, log_format);
             runtime()?.block_on(async {
                 let app = pollster::app::Application::build(config).await.map_err(app_failure)?;
+                app.reloader().set_log_level(set_level);
                 app.run_until_stopped(shutdown_signal()).await.map_err(app_failure)
             })
         }
         Command::Demo(args) => {
-            init_logging(&cli::load_config(None)?.log, args.log_format);
+            let _ = init_logging(&cli::load_config(None)?.log, args.log_format);
             runtime()?.block_on(pollster::demo::run(args, shutdown_signal()))
         }
         Command::CheckConfig { file } => {

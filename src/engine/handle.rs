@@ -153,6 +153,31 @@ impl EngineHandle {
         self.0.apply_settings(effective);
     }
 
+    /// The settings a reloaded file's layer and environment would put in
+    /// force, over the settings saved from the UI, without changing anything.
+    pub fn propose_file_settings(
+        &self,
+        file: &MonitoringSettings,
+        env: &crate::config::EnvOverrides,
+    ) -> Result<MonitoringSettings, Vec<crate::model::FieldError>> {
+        let mut layers = lock(&self.0.settings).clone();
+        layers.file = file.clone();
+        layers.env = env.clone();
+        layers.effective()
+    }
+
+    /// A reloaded config file in force: its catalog and settings layers at
+    /// once, with one re-plan (see `Shared::apply_reload`).
+    pub fn apply_reload(
+        &self,
+        catalog: crate::core::catalog::Catalog,
+        file: MonitoringSettings,
+        env: crate::config::EnvOverrides,
+        settings: MonitoringSettings,
+    ) {
+        self.0.apply_reload(catalog, file, env, settings)
+    }
+
     /// Settings fields an environment variable sets, with the variable.
     pub fn locked_settings(&self) -> BTreeMap<String, String> {
         lock(&self.0.settings).locked()

@@ -37,7 +37,7 @@ mod worker;
 #[cfg(test)]
 mod tests;
 
-use crate::config::SinkConfig;
+use crate::config::{EnvOverrides, SinkConfig};
 use crate::core::Scheduler;
 use crate::core::catalog::Catalog;
 use crate::core::plan;
@@ -495,6 +495,34 @@ impl Shared {
         *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
         let mut none = HashMap::new();
         self.reconcile(self.now(), &mut none, false);
+    }
+
+    /// A reloaded config file in force at once: the file's and the
+    /// environment's settings layers, the settings they give, and the
+    /// catalog, with one re-plan of every pool (not one per instance).
+    /// Tasks that stay keep their state; new ones are phased in.
+    pub fn apply_reload(
+        &self,
+        catalog: Catalog,
+        file: MonitoringSettings,
+        env: EnvOverrides,
+        settings: MonitoringSettings,
+    ) {
+        {
+            let mut l = lock(&self.settings);
+            l.file = file;
+            l.env = env;
+        }
+        let now = self.now();
+        {
+            let mut c = self.core();
+            let (s, rng) = c.scheduler_and_rng();
+            s.set_settings(settings, now, rng);
+        }
+        self.budgets(|b, _| b.retain_shapes(&catalog));
+        *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+        let mut none = HashMap::new();
+        self.reconcile(now, &mut none, false);
     }
 
     /// Apply new monitoring settings at once: queued tasks are re-timed and

@@ -50,6 +50,70 @@ pub struct Metrics {
     /// Connections a listener refused or closed for a limit, by listener and
     /// reason ([`CONNECTION_LISTENERS`], [`CONNECTION_REASONS`]).
     pub connections_rejected: IntCounterVec,
+    /// Config reloads (SIGHUP, `POST /api/admin/reload`), Prometheus's
+    /// three series with our prefix.
+    pub config_reload: ConfigReloadMetrics,
+}
+
+/// `pollster_config_last_reload_successful`,
+/// `pollster_config_last_reload_success_timestamp_seconds` and
+/// `pollster_config_reloads_total{result}`, as Prometheus names its own.
+#[derive(Clone)]
+pub struct ConfigReloadMetrics {
+    /// 1 when the last reload (or the start) put the file in force, 0 when
+    /// the last one was refused.
+    pub last_successful: prometheus::IntGauge,
+    /// When the file was last put in force (the start counts), Unix seconds.
+    pub last_success_timestamp: prometheus::Gauge,
+    /// Reloads by result: `success` or `failure`.
+    pub reloads: IntCounterVec,
+}
+
+impl ConfigReloadMetrics {
+    fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let last_successful = prometheus::IntGauge::new(
+            "pollster_config_last_reload_successful",
+            "Whether the last config reload put the file in force (1) or was refused and kept the running config (0).",
+        )?;
+        last_successful.set(1);
+        let last_success_timestamp = prometheus::Gauge::new(
+            "pollster_config_last_reload_success_timestamp_seconds",
+            "When the config file was last put in force (the start, or a reload), as Unix seconds.",
+        )?;
+        let reloads = IntCounterVec::new(
+            Opts::new(
+                "pollster_config_reloads_total",
+                "Config reloads (SIGHUP, POST /api/admin/reload, pollster admin reload), by result: success or failure.",
+            ),
+            &["result"],
+        )?;
+        for r in ["success", "failure"] {
+            reloads.with_label_values(&[r]);
+        }
+        registry.register(Box::new(last_successful.clone()))?;
+        registry.register(Box::new(last_success_timestamp.clone()))?;
+        registry.register(Box::new(reloads.clone()))?;
+        Ok(ConfigReloadMetrics {
+            last_successful,
+            last_success_timestamp,
+            reloads,
+        })
+    }
+
+    /// A reload (or the start, `at`) put the file in force.
+    pub fn succeeded(&self, at: crate::model::Timestamp, counted: bool) {
+        self.last_successful.set(1);
+        self.last_success_timestamp.set(at.as_secs_f64());
+        if counted {
+            self.reloads.with_label_values(&["success"]).inc();
+        }
+    }
+
+    /// A reload was refused: the running config stays.
+    pub fn failed(&self) {
+        self.last_successful.set(0);
+        self.reloads.with_label_values(&["failure"]).inc();
+    }
 }
 
 /// The `listener` label of `pollster_http_connections_rejected_total`.
@@ -132,6 +196,7 @@ impl Metrics {
             }
         }
         registry.register(Box::new(connections_rejected.clone()))?;
+        let config_reload = ConfigReloadMetrics::register(&registry)?;
         let poll = Arc::new(PollSeries::new()?);
         let dispatch_lateness = prometheus::Histogram::with_opts(
             HistogramOpts::new(
@@ -155,6 +220,7 @@ impl Metrics {
             logins,
             values_errors,
             connections_rejected,
+            config_reload,
         })
     }
 

@@ -3,6 +3,7 @@
 use super::Context;
 use super::error::{ServiceError, decode};
 use super::with_store;
+use crate::core::catalog::Catalog;
 use crate::model::{BudgetConfig, FieldError};
 use crate::sink::event::{Event, SettingsSection};
 use crate::store::OutboxEvent;
@@ -11,6 +12,29 @@ use serde_json::Value;
 /// The stored key of the budget pools changed through the UI or API, by
 /// name.
 pub const BUDGETS_KEY: &str = "budgets";
+
+/// Lay the pools saved from the UI or API (`saved`, the stored document)
+/// over the file's in `catalog`: a saved pool replaces the file's of the
+/// same name, or joins them. One that is no longer valid is skipped, with a
+/// warning.
+pub fn overlay_saved(catalog: &mut Catalog, saved: Option<Value>) {
+    let Some(Value::Object(saved)) = saved else {
+        return;
+    };
+    for (name, v) in saved {
+        let b = match serde_json::from_value::<BudgetConfig>(v) {
+            Ok(b) if b.name == name && b.validate("").is_ok() => b,
+            _ => {
+                tracing::warn!(pool = %name, "ignoring a saved budget pool that is no longer valid");
+                continue;
+            }
+        };
+        match catalog.budgets.iter_mut().find(|x| x.name == name) {
+            Some(x) => *x = b,
+            None => catalog.budgets.push(b),
+        }
+    }
+}
 
 /// Change (or create) the budget pool `name` from a partial document
 /// (`requests_per_second`, `shared_fraction`, `burst`): validated, checked

@@ -9,6 +9,7 @@ pub mod dead_letters;
 pub mod error;
 pub mod instances;
 pub mod redact;
+pub mod reload;
 pub mod settings;
 pub mod sink;
 pub mod tokens;

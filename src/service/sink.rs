@@ -46,6 +46,32 @@ pub fn shown(c: &SinkConfig) -> Value {
     serde_json::to_value(SinkShown::of(c)).unwrap_or(Value::Null)
 }
 
+/// The sink in force: the settings saved from the UI (`saved`, a document,
+/// or null for "off") in place of the file's, then the environment over
+/// them. Saved settings that no longer read or validate are ignored, with a
+/// warning, for the file's.
+pub fn layered(config: &crate::config::Config, saved: Option<Value>) -> Option<SinkConfig> {
+    match saved {
+        None => config.sink.clone(),
+        Some(doc) => match serde_json::from_value::<Option<SinkConfig>>(doc) {
+            Ok(saved) => {
+                let layered = config.env.apply_sink(saved);
+                match layered.as_ref().map(|c| c.validate()) {
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "ignoring the sink settings saved from the UI");
+                        config.sink.clone()
+                    }
+                    _ => layered,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring unreadable sink settings saved from the UI");
+                config.sink.clone()
+            }
+        },
+    }
+}
+
 fn locked(field: impl Into<String>, message: String) -> ServiceError {
     ServiceError::conflict(Conflict::Locked, message, Some(field.into()))
 }

@@ -63,6 +63,9 @@ pub struct WebState {
     pub setup_lock: tokio::sync::Mutex<()>,
     /// What the server was started with, for the Security page.
     pub posture: posture::Posture,
+    /// Reads the config file again (`POST /api/admin/reload`); absent when
+    /// the server was built without one (a benchmark).
+    pub reloader: Option<Arc<crate::service::reload::Reloader>>,
 }
 
 impl Default for WebState {
@@ -78,6 +81,7 @@ impl Default for WebState {
             admin_known: Default::default(),
             setup_lock: Default::default(),
             posture: Default::default(),
+            reloader: None,
         }
     }
 }
@@ -138,6 +142,12 @@ impl WebState {
     /// The protections the server was started with.
     pub fn with_posture(mut self, posture: posture::Posture) -> Self {
         self.posture = posture;
+        self
+    }
+
+    /// What `POST /api/admin/reload` reloads with.
+    pub fn with_reloader(mut self, reloader: Arc<crate::service::reload::Reloader>) -> Self {
+        self.reloader = Some(reloader);
         self
     }
 
@@ -257,6 +267,7 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .route("/instances/{name}/data", get(data::get))
         .route("/instances/{name}/data/{group}/body", get(data::body))
         .route("/admin/backup", post(admin::backup))
+        .route("/admin/reload", post(reload::reload))
         .route("/admin/audit", get(audit::list))
         .route("/openapi.json", get(openapi::openapi))
         .fallback(api_not_found)

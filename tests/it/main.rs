@@ -28,6 +28,7 @@ mod preset_values;
 mod process;
 mod prometheus;
 mod read_model;
+mod reload;
 mod scheduler;
 mod scheduling;
 mod secrets;

@@ -263,6 +263,28 @@ pub struct OperatorEvent {
     /// address in one window this event stands for.
     #[serde(flatten)]
     pub failures: Option<FailureCount>,
+    /// `config.reload` only: what the reload put in force, or why it was
+    /// refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reload: Option<ReloadSummary>,
+}
+
+/// What one `config.reload` did: counts of what changed, or the error that
+/// kept the running config.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReloadSummary {
+    /// `success` or `failure`.
+    pub result: String,
+    pub instances_added: usize,
+    pub instances_changed: usize,
+    pub instances_removed: usize,
+    /// Settings keys whose value in force changed.
+    pub settings_changed: usize,
+    /// Budget pools added, changed or removed.
+    pub pools_changed: usize,
+    /// A refused reload: the first error, naming the key and the value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The failures one `login.failed` or `token.failed` event stands for: from

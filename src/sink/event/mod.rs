@@ -112,7 +112,7 @@ mod tests;
 pub use id::new_event_id;
 pub use kinds::{
     BreakerEvent, DeadLetterAction, DeadLetterEvent, EventError, EventFailedItem, FailureCount, OperatorEvent,
-    PollEvent, PollOutcome, PoolEvent, PoolTransition, SettingsEvent, SettingsSection, TestEvent,
+    PollEvent, PollOutcome, PoolEvent, PoolTransition, ReloadSummary, SettingsEvent, SettingsSection, TestEvent,
 };
 
 use crate::model::Timestamp;
@@ -223,6 +223,7 @@ impl Event {
                 target: target.into(),
                 fields: Vec::new(),
                 failures: None,
+                reload: None,
             }),
         }
     }
@@ -231,6 +232,14 @@ impl Event {
     pub fn with_fields(mut self, fields: Vec<String>) -> Event {
         if let EventKind::Operator(o) = &mut self.kind {
             o.fields = fields;
+        }
+        self
+    }
+
+    /// A `config.reload` operator event with what the reload did.
+    pub fn with_reload(mut self, reload: ReloadSummary) -> Event {
+        if let EventKind::Operator(o) = &mut self.kind {
+            o.reload = Some(reload);
         }
         self
     }

@@ -39,7 +39,8 @@ pub struct AuditView {
     /// What: `login`, `login.failed`, `token.create`, `token.revoke`,
     /// `password.change`, `account.create` (the first admin, through
     /// `/setup`), `token.failed`, `instance.create|update|delete`,
-    /// `settings.monitoring|budget|sink`, `dead_letter.retried|discarded|enabled`.
+    /// `settings.monitoring|budget|sink`, `dead_letter.retried|discarded|enabled`,
+    /// `config.reload`.
     pub action: String,
     /// What it was done to: a user, token, instance, pool or task.
     pub target: String,

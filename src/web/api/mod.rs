@@ -9,6 +9,7 @@ pub mod groups;
 pub mod health;
 pub mod instances;
 pub mod openapi;
+pub mod reload;
 pub mod schema;
 pub mod settings;
 pub mod sink;

@@ -12,7 +12,7 @@
 //! kind): [`hand_schemas`] keeps them.
 
 use super::schema::{DURATION_PATTERN, NAME_PATTERN, POSITIVE_DURATION_PATTERN, SCHEDULER_MODES, URL_PATTERN};
-use super::{admin, audit, budgets, data, dead_letter, groups, health, instances, settings, sink};
+use super::{admin, audit, budgets, data, dead_letter, groups, health, instances, reload, settings, sink};
 use crate::web::AppState;
 use crate::web::error::{ErrorBody, FieldErrorBody};
 use axum::Json;
@@ -55,6 +55,7 @@ use utoipa::{IntoParams, Modify, OpenApi};
         data::get,
         data::body,
         admin::backup,
+        reload::reload,
         audit::list,
         openapi,
     ),
