@@ -370,7 +370,9 @@ impl Application {
         let api_tls = tls_config(&self.tls.api)?;
         let metrics_tls = tls_config(&self.tls.metrics)?;
         let watcher = tokio::spawn(crate::tls::watch(self.tls.clone(), crate::tls::WATCH_INTERVAL));
-        let hangup = tokio::spawn(reload_on_hangup(self.reloader.clone(), cx.clone()));
+        // The context moves into the task, so no handle on the store outlives
+        // the stop below.
+        let hangup = tokio::spawn(reload_on_hangup(self.reloader.clone(), cx));
         let state_store = state.store.clone();
         let pruner = tokio::spawn(web::session_store::prune_loop(
             state.store.clone(),
@@ -439,6 +441,7 @@ impl Application {
 
         watcher.abort();
         hangup.abort();
+        let _ = hangup.await;
         // Open keep-alive connections must not hold the process (or the
         // database) up: give them a moment, then drop the servers.
         let (mut api, mut metrics) = (api, metrics);
