@@ -55,6 +55,8 @@ pub struct TokenBucket {
     paused_until: Option<Timestamp>,
     /// Latest send time handed out so far (FIFO guard: later reservations never get an earlier time).
     last_send: Timestamp,
+    /// Requests sent since [`Self::take_sent`] last read them (what the pool really sent, for AIMD).
+    sent: f64,
 }
 
 fn sanitize_rate(rate_rps: f64) -> f64 {
@@ -81,7 +83,18 @@ impl TokenBucket {
             tat: f64::NEG_INFINITY,
             paused_until: None,
             last_send: Timestamp(0),
+            sent: 0.0,
         }
+    }
+
+    /// A request of `cost` went (dispatched, whether or not it waited for a slot).
+    pub fn count_sent(&mut self, cost: f64) {
+        self.sent += sanitize_cost(cost);
+    }
+
+    /// The requests sent since the last call.
+    pub fn take_sent(&mut self) -> f64 {
+        std::mem::take(&mut self.sent)
     }
 
     /// Current rate in requests per second (after sanitising).

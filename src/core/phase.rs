@@ -31,6 +31,18 @@ pub fn offset(key: &TaskKey, interval: Duration) -> Duration {
     Duration::from_millis(key_hash(key) % w)
 }
 
+/// The offset of `key` within [0, interval): where a task the pool's bucket
+/// held up with others goes in its next interval, so that the tasks it lined
+/// up at its rate spread over the whole interval instead of meeting it as
+/// one train again.
+pub fn spread(key: &TaskKey, interval: Duration) -> Duration {
+    let w = interval.as_millis() as u64;
+    if w == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(key_hash(key).rotate_left(17) % w)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,6 +56,22 @@ mod tests {
             assert!(offset(&k, Duration::from_secs(10)) < Duration::from_secs(5));
             assert!(offset(&k, Duration::from_secs(3600)) < MAX_OFFSET);
         }
+    }
+
+    #[test]
+    fn a_spread_covers_the_whole_interval() {
+        let iv = Duration::from_secs(30);
+        let mut halves = [0u32; 2];
+        for i in 0..1000 {
+            let k = TaskKey::new(&format!("inst-{i}"), "devices");
+            let o = spread(&k, iv);
+            assert!(o < iv);
+            assert_eq!(o, spread(&k, iv), "deterministic");
+            halves[usize::from(o >= iv / 2)] += 1;
+        }
+        // Beyond the phase window (half the interval) too.
+        assert!(halves.iter().all(|&n| (400..600).contains(&n)), "{halves:?}");
+        assert_eq!(spread(&TaskKey::new("a", "b"), Duration::ZERO), Duration::ZERO);
     }
 
     #[test]

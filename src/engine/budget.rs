@@ -6,7 +6,7 @@
 //! `core::plan`). The clock arrives as arguments.
 
 use crate::core::Scheduler;
-use crate::core::aimd::{Aimd, AimdSettings, AimdState, RateSignal};
+use crate::core::aimd::{Aimd, AimdSettings, AimdState, Announced, RateSignal};
 use crate::core::catalog::Catalog;
 use crate::core::plan::{self, PoolStatus, RunningIntervals, RunningTask, Shapes};
 use crate::core::solver::MIN_ADJUSTABLE_PRIORITY;
@@ -102,8 +102,20 @@ impl BudgetState {
         }
         let effective: BTreeMap<String, f64> = self.aimd.iter().map(|(k, a)| (k.clone(), a.effective())).collect();
         let plans = plan::solve_all(cat, &self.shapes, s, &effective, &self.running);
-        let events = log_transitions(&self.plans, &plans);
-        self.events.extend(events);
+        // Transitions are against what was last announced (saved with the
+        // AIMD state), not the plan before: a restart does not announce
+        // again what it announced before.
+        for (name, p) in &plans {
+            if let Some(a) = self.aimd.get_mut(name) {
+                let now = Announced {
+                    over_budget: p.plan.over_budget,
+                    shed: shed_groups(p),
+                };
+                let events = log_transitions(p, a.announced(), &now);
+                self.events.extend(events);
+                a.set_announced(now);
+            }
+        }
         self.plans = plans;
         for (name, a) in self.aimd.iter_mut() {
             a.mark_solved();
@@ -146,6 +158,8 @@ impl BudgetState {
                     || a.last_429 != b.last_429
                     || a.recovery != b.recovery
                     || a.configured_rps != b.configured_rps
+                    || a.held_rps != b.held_rps
+                    || a.announced != b.announced
                     || (a.effective_rps - b.effective_rps).abs() > 0.01 * a.configured_rps
             });
         moved.then_some(now)
@@ -188,6 +202,18 @@ impl BudgetState {
     /// Returns the pools whose effective budget changed (with the new
     /// value) and whether a re-solve is due: a move past the hysteresis,
     /// or shed groups that would fit again.
+    /// Each pool's requests dispatched since the last call (from the
+    /// scheduler's buckets), up to `now`.
+    pub fn note_sent(&mut self, now: Timestamp, sent: &[(std::sync::Arc<str>, f64)]) {
+        for (name, a) in self.aimd.iter_mut() {
+            let n = sent
+                .iter()
+                .find(|(p, _)| &**p == name.as_str())
+                .map_or(0.0, |(_, n)| *n);
+            a.note_sent(now, n);
+        }
+    }
+
     pub fn tick(&mut self, now: Timestamp, s: &SchedulerSettings) -> (Vec<(String, f64)>, bool) {
         let aimd = aimd_settings(s);
         let mut changed = Vec::new();
@@ -236,36 +262,30 @@ pub fn pool_event(p: &PoolStatus, transition: PoolTransition) -> PoolEvent {
     }
 }
 
-/// Each pool's transitions between two solves, logged once (going over
-/// budget and shedding at WARN, every group planned again at INFO), as the
-/// events to send.
-fn log_transitions(before: &BTreeMap<String, PoolStatus>, after: &BTreeMap<String, PoolStatus>) -> Vec<PoolEvent> {
+/// A pool's transitions from what was last announced (`was`) to its new
+/// plan `p` (`now`), logged once (going over budget and shedding at WARN,
+/// every group planned again at INFO), as the events to send.
+fn log_transitions(p: &PoolStatus, was: &Announced, now: &Announced) -> Vec<PoolEvent> {
     let mut events = Vec::new();
-    for (name, p) in after {
-        let (was_over, was_shed) = before
-            .get(name)
-            .map(|o| (o.plan.over_budget, shed_groups(o)))
-            .unwrap_or_default();
-        let shed = shed_groups(p);
-        let (demand_rps, target_rps) = (p.plan.total_demand_rps, p.plan.target_rps);
-        if p.plan.over_budget && !was_over {
-            tracing::warn!(
-                pool = %name,
-                demand_rps,
-                target_rps,
-                effective_budget_rps = p.plan.effective_budget_rps,
-                "pool over budget: its groups do not fit the target even at their longest intervals"
-            );
-            events.push(pool_event(p, PoolTransition::OverBudget));
-        }
-        if !shed.is_empty() && shed != was_shed {
-            tracing::warn!(pool = %name, demand_rps, target_rps, groups = %shed.join(","), "pool shedding groups");
-            events.push(pool_event(p, PoolTransition::Shedding));
-        }
-        if (was_over || !was_shed.is_empty()) && !p.plan.over_budget && shed.is_empty() {
-            tracing::info!(pool = %name, demand_rps, target_rps, "pool restored: every group is planned again");
-            events.push(pool_event(p, PoolTransition::Restored));
-        }
+    let name = &p.name;
+    let (demand_rps, target_rps) = (p.plan.total_demand_rps, p.plan.target_rps);
+    if now.over_budget && !was.over_budget {
+        tracing::warn!(
+            pool = %name,
+            demand_rps,
+            target_rps,
+            effective_budget_rps = p.plan.effective_budget_rps,
+            "pool over budget: its groups do not fit the target even at their longest intervals"
+        );
+        events.push(pool_event(p, PoolTransition::OverBudget));
+    }
+    if !now.shed.is_empty() && now.shed != was.shed {
+        tracing::warn!(pool = %name, demand_rps, target_rps, groups = %now.shed.join(","), "pool shedding groups");
+        events.push(pool_event(p, PoolTransition::Shedding));
+    }
+    if (was.over_budget || !was.shed.is_empty()) && !now.over_budget && now.shed.is_empty() {
+        tracing::info!(pool = %name, demand_rps, target_rps, "pool restored: every group is planned again");
+        events.push(pool_event(p, PoolTransition::Restored));
     }
     events
 }
@@ -336,8 +356,22 @@ mod tests {
         }));
         b.resolve(&cat, &s, t);
         assert!(b.events.is_empty(), "{:?}", b.events);
+        // A restart resumes what was announced with the AIMD state: the
+        // same plan is not announced again.
+        let saved = b.aimd_to_save().expect("states");
+        assert!(saved[0].1.announced.over_budget && !saved[0].1.announced.shed.is_empty());
+        let mut restarted = BudgetState {
+            running: b.running.clone(),
+            ..BudgetState::default()
+        };
+        restarted.resume_aimd(saved);
+        restarted.resolve(&cat, &s, t);
+        assert!(restarted.plans["org"].plan.over_budget);
+        assert!(restarted.events.is_empty(), "announced again: {:?}", restarted.events);
         // Back at the full budget: every group planned again.
-        b.aimd.insert("org".into(), Aimd::new(8.0, t));
+        let mut full = Aimd::new(8.0, t);
+        full.set_announced(b.aimd["org"].announced().clone());
+        b.aimd.insert("org".into(), full);
         b.resolve(&cat, &s, t);
         let e = b.events.pop().expect("an event");
         assert_eq!((e.transition, e.groups.len()), (PoolTransition::Restored, 0));

@@ -121,8 +121,12 @@ pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<
             _ = stop.changed() => return,
         }
         let now = shared.now();
-        let settings = shared.core().scheduler.settings().scheduler.clone();
+        let (settings, sent) = {
+            let mut c = shared.core();
+            (c.scheduler.settings().scheduler.clone(), c.scheduler.take_sent())
+        };
         let (changed, resolve, solved_at, events) = shared.budgets(|b, _| {
+            b.note_sent(now, &sent);
             let (changed, resolve) = b.tick(now, &settings);
             (changed, resolve, b.solved_at, std::mem::take(&mut b.events))
         });

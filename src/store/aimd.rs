@@ -80,24 +80,34 @@ mod tests {
             last_decrease: Some(Timestamp(1_000)),
             last_429: Some(Timestamp(1_000)),
             last_429_rps: Some(5.6),
+            held_rps: Some(4.0),
+            probe_after: Some(Timestamp(400_000)),
             recovery: Recovery::Fast {
                 rps_per_minute: 1.6,
                 until_rps: 7.2,
             },
             at: Timestamp(5_000),
+            announced: Default::default(),
         };
         let other = AimdState {
             last_decrease: None,
             recovery: Recovery::Additive,
-            ..org
+            announced: crate::core::aimd::Announced {
+                over_budget: true,
+                shed: vec!["net/health".into(), "net/inventory".into()],
+            },
+            ..org.clone()
         };
         store
-            .save_aimd(&[("org".into(), org), ("other".into(), other)])
+            .save_aimd(&[("org".into(), org.clone()), ("other".into(), other.clone())])
             .expect("save");
         let (loaded, bad) = store.load_aimd().expect("load");
         assert!(bad.is_empty());
-        assert_eq!(loaded, vec![("org".to_string(), org), ("other".to_string(), other)]);
-        store.save_aimd(&[("org".into(), other)]).expect("save");
+        assert_eq!(
+            loaded,
+            vec![("org".to_string(), org), ("other".to_string(), other.clone())]
+        );
+        store.save_aimd(&[("org".into(), other.clone())]).expect("save");
         assert_eq!(store.load_aimd().expect("load").0, vec![("org".to_string(), other)]);
     }
 }

@@ -319,10 +319,13 @@ async fn sighup_applies_the_file_as_a_diff_and_a_bad_file_changes_nothing() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // Fixed again, through the API: 200 with what changed.
-    std::fs::write(&file, config(&data, api, metrics, "max_connections = 100\n", &second)).expect("write");
+    // Fixed again, through the API, with a new log level: 200 with what
+    // changed.
+    let fixed = config(&data, api, metrics, "max_connections = 100\n", &second);
+    std::fs::write(&file, format!("[log]\nlevel = \"warn\"\n\n{fixed}")).expect("write");
     let (status, body) = server.reload_api().await;
     assert_eq!(status, 200, "{body}");
+    assert_eq!(body["logLevelChanged"], true, "{body}");
     assert_eq!(body["instancesAdded"], serde_json::json!([]), "{body}");
     assert_eq!(
         body["restartNeeded"],

@@ -9,10 +9,13 @@
 //!   the whole bucket. At most one 429, none from the cold start; no
 //!   priority 3/4 group unpolled for longer than max(3 × its planned
 //!   interval, 2 min); the budget back to 90 % of the share within 5 min.
-//! - **B, sustained overload**: the other integration spends 6 rps. 429s
-//!   stop within 5 minutes, and none comes in the 3 minutes after the first
-//!   decrease settles; priority 1/2 tasks are never stale; the pool sheds
-//!   what it must. A restart under B causes no 429 storm.
+//! - **B, sustained overload** (issue #32): the other integration spends 6
+//!   rps, leaving 4. The median effective budget in minutes 3–6 is at least
+//!   80 % of that room; from minute 5 on at most two 429s, never two in a
+//!   minute, and none in the 3 minutes after the first decrease settles;
+//!   priority 1/2 tasks are never stale; the pool sheds what it must. A
+//!   restart under B causes no 429 storm, keeps the room used, and does not
+//!   announce again what it announced before.
 //! - **The pool says so**: its transitions under B reach a real receiver on
 //!   loopback as change events, also when the receiver was down until after
 //!   a restart.
@@ -167,6 +170,28 @@ async fn run(e: &Engine, origin: Instant, seconds: u64) -> Vec<Sample> {
         let now = START.plus(Instant::now() - origin);
         let reading = e.shared.plan_reading(now);
         let (status, effective) = reading.pools.iter().find(|(p, _)| p.name == POOL).expect("pool");
+        // `SCHEDULING_PLAN=1` prints the pool's plan every 10 s.
+        if std::env::var("SCHEDULING_PLAN").is_ok() && now.since(START).as_secs() % 10 == 0 {
+            eprintln!(
+                "{:>4}s eff {:.2} target {:.2} demand {:.2} {:?}",
+                now.since(START).as_secs(),
+                effective,
+                status.plan.target_rps,
+                status.plan.total_demand_rps,
+                status
+                    .plan
+                    .groups
+                    .iter()
+                    .map(|g| format!(
+                        "{}:{:.1}{}:{:.2}",
+                        g.name,
+                        g.interval_s,
+                        if g.shed { "(shed)" } else { "" },
+                        g.demand_rps
+                    ))
+                    .collect::<Vec<_>>()
+            );
+        }
         samples.push(Sample {
             at_s: now.since(START).as_secs(),
             effective_rps: *effective,
@@ -342,11 +367,36 @@ async fn a_lone_429_costs_no_priority_3_or_4_data_and_the_budget_comes_back() {
     }
 }
 
+/// What the org leaves Pollster in scenario B: 10 rps less the other
+/// integration's 6.
+const ROOM_RPS: f64 = 4.0;
+
+/// The median effective budget of the samples from `from_s` to `to_s`.
+fn median_effective(samples: &[Sample], from_s: u64, to_s: u64) -> f64 {
+    let mut v: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.at_s >= from_s && s.at_s <= to_s)
+        .map(|s| s.effective_rps)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// Scenario B's checks on a run of `minutes` from `from_ms`.
 fn assert_overload_settles(f: &Figures, samples: &[Sample]) {
+    // The room is used: in minutes 3–6 the median effective budget is at
+    // least 80 % of it (a failed probe steps back to the rate that held
+    // instead of halving).
+    let median = median_effective(samples, 180, 360);
     assert!(
-        f.per_minute.iter().skip(5).all(|&n| n == 0),
-        "429s still come after 5 minutes: {:?}",
+        median >= 0.8 * ROOM_RPS,
+        "median effective budget {median:.2} rps in minutes 3-6, below 80 % of the {ROOM_RPS} rps of room"
+    );
+    // From minute 5 on: at most two 429s, never more than one a minute.
+    let late: Vec<u64> = f.limited_ms.iter().copied().filter(|&t| t >= 5 * 60_000).collect();
+    assert!(
+        late.len() <= 2 && f.per_minute.iter().skip(5).all(|&n| n <= 1),
+        "429s from minute 5 on: {late:?}; per minute {:?}",
         f.per_minute
     );
     assert_priority_1_and_2_never_stale(f);
@@ -419,6 +469,7 @@ async fn a_restart_under_sustained_overload_resumes_aimd_without_a_429_storm() {
     let after = e.shared.pool_effective_rps(POOL);
     let samples = run(&e, origin, 3 * 60).await;
     e.stop().await;
+    dump(&api.calls());
     let f = figures(&api.calls(), restarted_ms, restarted_ms + 3 * 60_000);
     report("scenario B after a restart", &f, &samples);
     assert!(
@@ -430,6 +481,12 @@ async fn a_restart_under_sustained_overload_resumes_aimd_without_a_429_storm() {
         "{} 429s in the first minute after the restart: {:?}",
         f.per_minute[0],
         f.limited_ms
+    );
+    // The rate that held comes back with the state: the room stays used.
+    let median = median_effective(&samples, 0, u64::MAX);
+    assert!(
+        median >= 0.8 * ROOM_RPS,
+        "median effective budget {median:.2} rps after the restart"
     );
 }
 
@@ -515,7 +572,16 @@ async fn pool_transitions_reach_a_receiver_that_was_down_across_a_restart() {
         // Paused time: the engine and the sink's driver move on meanwhile.
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    // The restart does not announce again what was announced before it:
+    // the last announced state is stored with the AIMD row.
+    run(&e, origin, 5).await;
     e.stop().await;
+    let again: Vec<serde_json::Value> = receiver
+        .pool_events()
+        .into_iter()
+        .filter(|ev| !before_restart(ev) && (ev["transition"] == "shedding" || ev["transition"] == "over_budget"))
+        .collect();
+    assert!(again.is_empty(), "announced again after the restart: {again:#?}");
     for ev in [&decrease, &shedding] {
         assert_eq!(ev["pool"], POOL, "{ev}");
         assert!(

@@ -37,6 +37,16 @@
 //!   the cooldown earns nothing. Recovery accrued since the last [`Aimd::tick`] is forfeited when a 429
 //!   causes a decrease (the 429 shows the pool was already too fast), which also guarantees that a 429
 //!   never raises the rate.
+//! - **A failed probe steps back.** The rate that held is the highest rate the pool really sent (its
+//!   busiest [`SEND_SLICE`] of 10 s, [`Aimd::note_sent`]) in a whole [`PROBE_WINDOW`] (1 min) with no 429
+//!   at all, up to the budget in force at the window's start: a budget the pool never came near proves
+//!   nothing about the API. A 429 that decreases while the budget is above it (the pool was probing for
+//!   more) steps back to that rate instead of halving, never deeper than the multiplicative decrease: the
+//!   limit lies between the two, and halving threw away what had held (scenario B: 5.06 → 2.54 rps with 4
+//!   rps of room). Recovery then waits [`AIMD_QUIET`] (5 min) before it probes again, so a limit just above
+//!   the held rate costs one 429 per quiet spell, not one a minute. A 429 at or below the rate that held
+//!   still halves (the room shrank) and forgets that rate. The rate and the quiet spell are saved with the
+//!   state.
 //! - Hysteresis: a re-solve of the plan is due only when the effective budget has moved by MORE than
 //!   [`RESOLVE_HYSTERESIS`] (20 %) relative to the budget the plan was last solved with.
 //! - Disabled (`enabled == false`): 429s never decrease, and the next `tick` restores the effective budget
@@ -66,6 +76,10 @@ pub const AIMD_QUIET: Duration = Duration::from_secs(5 * 60);
 pub const FAST_RECOVERY: Duration = Duration::from_secs(2 * 60);
 /// Fast recovery stops at this share of the budget the last decrease came at.
 pub const FAST_RECOVERY_CEILING: f64 = 0.9;
+/// A budget in force this long with no 429 at all is a rate that held.
+pub const PROBE_WINDOW: Duration = Duration::from_secs(60);
+/// What the pool sends is measured over slices this long; a probe window's peak is its busiest slice.
+pub const SEND_SLICE: Duration = Duration::from_secs(10);
 
 /// Operator settings of the controller (shared by all pools).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -127,6 +141,20 @@ pub struct Aimd {
     sending: f64,
     /// The level of the last 429 outside the cooldown: the rate the pool was sending then (rps).
     last_429_rps: Option<f64>,
+    /// The highest budget that was in force for a whole [`PROBE_WINDOW`] with no 429 (rps).
+    held_rps: Option<f64>,
+    /// The probe window in progress: since when, the budget in force at its start, and the highest rate the
+    /// pool sent in one of its [`SEND_SLICE`]s.
+    window_from: Timestamp,
+    window_rps: f64,
+    window_peak: f64,
+    /// The send slice in progress: since when, and the requests sent in it.
+    slice_from: Timestamp,
+    slice_sent: f64,
+    /// After a failed probe, recovery waits until then.
+    probe_after: Option<Timestamp>,
+    /// Carried for the engine (see [`AimdState::announced`]).
+    announced: Announced,
 }
 
 /// How the budget recovers after a decrease.
@@ -140,7 +168,7 @@ pub enum Recovery {
 
 /// What of a pool's AIMD state outlives a restart: without it every restart
 /// would probe an overloaded API at the full budget again.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AimdState {
     /// The budget configured when it was saved (rps).
     pub configured_rps: f64,
@@ -150,10 +178,25 @@ pub struct AimdState {
     pub last_429: Option<Timestamp>,
     /// The level of the last 429 (rps): the rate the pool was sending when it came.
     pub last_429_rps: Option<f64>,
+    /// The highest budget that held for a whole probe window (rps).
+    pub held_rps: Option<f64>,
+    /// After a failed probe, recovery waits until then.
+    pub probe_after: Option<Timestamp>,
     /// The recovery in progress.
     pub recovery: Recovery,
     /// Recovery was accounted up to here.
     pub at: Timestamp,
+    /// The pool's plan as last announced (kept here for the engine, which
+    /// announces transitions: a restart does not announce it again).
+    pub announced: Announced,
+}
+
+/// A pool's plan as last announced in the log and by pool events: over
+/// budget or not, and the `type/group` names it sheds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Announced {
+    pub over_budget: bool,
+    pub shed: Vec<String>,
 }
 
 /// Where a backed-off pool stands: for the status page.
@@ -200,6 +243,14 @@ impl Aimd {
             recovery: Recovery::Additive,
             sending: configured,
             last_429_rps: None,
+            held_rps: None,
+            window_from: now,
+            window_rps: configured,
+            window_peak: 0.0,
+            slice_from: now,
+            slice_sent: 0.0,
+            probe_after: None,
+            announced: Announced::default(),
         }
     }
 
@@ -216,6 +267,13 @@ impl Aimd {
         a.last_decrease = state.last_decrease.filter(|&d| d <= now);
         a.last_429 = state.last_429.filter(|&t| t <= now);
         a.last_429_rps = state.last_429_rps.filter(|r| r.is_finite() && *r >= 0.0);
+        a.held_rps = state.held_rps.filter(|r| r.is_finite() && *r >= 0.0);
+        // A quiet spell ends at most AIMD_QUIET from now (a clock that went back).
+        a.probe_after = state
+            .probe_after
+            .filter(|&p| p > now)
+            .map(|p| p.min(now.plus(AIMD_QUIET)));
+        a.announced = state.announced.clone();
         a.recovery = match state.recovery {
             Recovery::Fast {
                 rps_per_minute,
@@ -226,6 +284,7 @@ impl Aimd {
         a.last_tick = state.at.min(now);
         a.set_configured(configured_rps, now);
         a.solved_with = a.effective;
+        a.window_rps = a.effective;
         a
     }
 
@@ -277,8 +336,11 @@ impl Aimd {
             last_decrease: self.last_decrease,
             last_429: self.last_429,
             last_429_rps: self.last_429_rps,
+            held_rps: self.held_rps,
+            probe_after: self.probe_after,
             recovery: self.recovery,
             at: self.last_tick,
+            announced: self.announced.clone(),
         }
     }
 
@@ -314,25 +376,45 @@ impl Aimd {
         }
         if s.enabled && !lone && !self.in_cooldown(now) {
             let before = self.effective;
-            let backed_off = (before * s.multiplier()).max(self.floor());
-            // `min(before)`: the floor can never raise the rate (e.g. configured 0.2 < AIMD_FLOOR_RPS).
-            self.effective = backed_off.min(before).clamp(self.floor(), self.configured);
-            decreased = self.effective < before;
             let recurs = self.last_decrease.is_some_and(|d| now.since(d) < AIMD_QUIET);
-            self.recovery = if recurs {
-                Recovery::Additive
-            } else {
-                let until_rps = FAST_RECOVERY_CEILING * level;
-                let lost = (until_rps - self.effective).max(0.0);
-                Recovery::Fast {
-                    rps_per_minute: lost * 60.0 / FAST_RECOVERY.as_secs_f64(),
-                    until_rps,
+            match self.held_rps {
+                // A failed probe: back to the rate that held, and no probing for a quiet spell.
+                // Never deeper than the multiplicative decrease would go.
+                Some(held) if before > held + 1e-9 => {
+                    self.effective = held.max(before * s.multiplier()).clamp(self.floor(), before);
+                    self.recovery = Recovery::Additive;
+                    self.probe_after = Some(now.plus(AIMD_QUIET));
                 }
-            };
+                _ => {
+                    let backed_off = (before * s.multiplier()).max(self.floor());
+                    // `min(before)`: the floor can never raise the rate (e.g. configured 0.2 < AIMD_FLOOR_RPS).
+                    self.effective = backed_off.min(before).clamp(self.floor(), self.configured);
+                    // The room shrank below what held: that rate is no longer known to hold.
+                    self.held_rps = None;
+                    self.probe_after = None;
+                    self.recovery = if recurs {
+                        Recovery::Additive
+                    } else {
+                        let until_rps = FAST_RECOVERY_CEILING * level;
+                        let lost = (until_rps - self.effective).max(0.0);
+                        Recovery::Fast {
+                            rps_per_minute: lost * 60.0 / FAST_RECOVERY.as_secs_f64(),
+                            until_rps,
+                        }
+                    };
+                }
+            }
+            decreased = self.effective < before;
             self.last_decrease = Some(now);
             // Recovery since the last tick is forfeited (see module docs).
             self.last_tick = self.last_tick.max(now);
         }
+        // Every 429 starts a new probe window: a rate holds only for a whole one without any.
+        self.window_from = now;
+        self.window_rps = self.effective;
+        self.window_peak = 0.0;
+        self.slice_from = now;
+        self.slice_sent = 0.0;
         RateSignal {
             decreased,
             paused_until: self.paused_until(now),
@@ -357,11 +439,13 @@ impl Aimd {
         if !s.enabled {
             self.effective = self.configured;
         } else {
-            // Recovery only counts time after the cooldown following the last decrease.
+            // Recovery only counts time after the cooldown following the last decrease, and after the
+            // quiet spell that follows a failed probe.
             let start = match self.last_decrease {
                 Some(d) => self.last_tick.max(d.plus(AIMD_COOLDOWN)),
                 None => self.last_tick,
             };
+            let start = self.probe_after.map_or(start, |p| start.max(p));
             if now > start {
                 let ms = now.since(start).as_millis() as f64;
                 let additive = s.recovery_per_ms() * ms;
@@ -380,6 +464,17 @@ impl Aimd {
                 if next > self.effective {
                     self.effective = next.min(self.configured);
                 }
+            }
+            // A whole window without a 429: the rate the pool sent at its busiest held, up to the budget
+            // in force at the window's start (a budget the pool never came near proves nothing).
+            if now.since(self.window_from) >= PROBE_WINDOW && now > self.window_from {
+                let held = self.window_peak.min(self.window_rps);
+                if held > 0.0 {
+                    self.held_rps = Some(self.held_rps.map_or(held, |h| h.max(held)));
+                }
+                self.window_from = now;
+                self.window_rps = self.effective;
+                self.window_peak = 0.0;
             }
         }
         self.last_tick = self.last_tick.max(now);
@@ -453,6 +548,35 @@ impl Aimd {
     /// How the budget recovers since the last decrease.
     pub fn recovery(&self) -> Recovery {
         self.recovery
+    }
+
+    /// The pool dispatched `requests` since the last call, up to `now`: each [`SEND_SLICE`] gives a rate,
+    /// and the busiest slice of a probe window is what that window shows the API accepted.
+    pub fn note_sent(&mut self, now: Timestamp, requests: f64) {
+        if requests.is_finite() && requests > 0.0 {
+            self.slice_sent += requests;
+        }
+        let elapsed = now.since(self.slice_from);
+        if elapsed >= SEND_SLICE {
+            self.window_peak = self.window_peak.max(self.slice_sent / elapsed.as_secs_f64());
+            self.slice_from = now;
+            self.slice_sent = 0.0;
+        }
+    }
+
+    /// The pool's plan as last announced.
+    pub fn announced(&self) -> &Announced {
+        &self.announced
+    }
+
+    /// The engine announced the pool's plan as `announced`.
+    pub fn set_announced(&mut self, announced: Announced) {
+        self.announced = announced;
+    }
+
+    /// The highest budget that held for a whole [`PROBE_WINDOW`] with no 429, if one is known.
+    pub fn held_rps(&self) -> Option<f64> {
+        self.held_rps
     }
 }
 

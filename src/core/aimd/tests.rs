@@ -247,12 +247,12 @@ fn a_429_inside_the_cooldown_does_not_move_the_level_and_the_level_is_saved() {
     let saved = a.state();
     assert_eq!(saved.last_429_rps, Some(5.5));
     let b = Aimd::resume(8.0, &saved, secs(20));
-    assert_eq!((b.last_429_rps(), b.state()), (Some(5.5), saved));
+    assert_eq!((b.last_429_rps(), b.state()), (Some(5.5), saved.clone()));
     // A level saved before it was kept (none), or nonsense, resumes as none.
     for level in [None, Some(f64::NAN), Some(-1.0)] {
         let old = AimdState {
             last_429_rps: level,
-            ..saved
+            ..saved.clone()
         };
         assert_eq!(Aimd::resume(8.0, &old, secs(20)).last_429_rps(), None);
     }
@@ -266,7 +266,8 @@ fn a_decrease_that_recurs_recovers_at_the_additive_step_even_while_shedding() {
     assert_eq!((a.effective(), a.recovery()), (2.5, Recovery::Additive));
     a.tick_shedding(secs(150), &S, true);
     assert!(close(a.effective(), 2.6), "{}", a.effective());
-    // Once the 429s stop for 5 minutes, the next decrease may recover fast again.
+    // Once the 429s stop for 5 minutes, the next decrease may recover fast
+    // again (nothing was sent, so no rate held: it halves).
     a.on_rate_limited(secs(60 + 301), None, &S);
     assert!(matches!(a.recovery(), Recovery::Fast { .. }));
 }
@@ -467,6 +468,122 @@ fn degenerate_settings_never_panic() {
         a.tick(Timestamp(u64::MAX), &s);
         assert!(a.effective() >= a.floor() && a.effective() <= a.configured());
     }
+}
+
+/// `rps` requests a second sent from `from` to `to` (seconds), noted and
+/// ticked every second, as the engine does.
+fn send(a: &mut Aimd, from: u64, to: u64, rps: impl Fn(&Aimd) -> f64, s: &AimdSettings) {
+    for t in from + 1..=to {
+        let n = rps(a);
+        a.note_sent(secs(t), n);
+        a.tick(secs(t), s);
+    }
+}
+
+#[test]
+fn a_rate_holds_when_the_pool_sent_it_for_a_whole_probe_window_without_a_429() {
+    let mut a = Aimd::new(8.0, secs(0));
+    a.on_rate_limited(secs(0), None, &S);
+    let flat = AimdSettings {
+        recovery_rps_per_minute: 0.0,
+        ..S
+    };
+    assert_eq!(
+        (a.effective(), a.held_rps()),
+        (4.0, None),
+        "a 429 with nothing held halves"
+    );
+    // Nothing sent: a budget the pool never came near proves nothing.
+    send(&mut a, 0, 60, |_| 0.0, &flat);
+    assert_eq!(a.held_rps(), None);
+    // 3 rps sent in the next window: 59 s of it is not a whole window, 60 s
+    // is; what held is what was sent, not the budget.
+    send(&mut a, 60, 119, |_| 3.0, &flat);
+    assert_eq!(a.held_rps(), None);
+    send(&mut a, 119, 120, |_| 3.0, &flat);
+    assert!(a.held_rps().is_some_and(|h| close(h, 3.0)), "{:?}", a.held_rps());
+    // More sent than the budget (a burst) holds only up to the budget.
+    send(&mut a, 122, 200, |_| 6.0, &flat);
+    assert_eq!(a.held_rps(), Some(4.0));
+    // A 429 that only pauses (a lone one, after 5 quiet minutes) starts a
+    // new window: what was sent before it counts for nothing.
+    let mut b = Aimd::new(8.0, secs(0));
+    send(&mut b, 0, 30, |_| 5.0, &flat);
+    let sig = b.on_rate_limited(secs(30), Some(Duration::from_secs(1)), &flat);
+    assert!(sig.lone && !sig.decreased);
+    send(&mut b, 30, 89, |_| 5.0, &flat);
+    assert_eq!(b.held_rps(), None, "less than a window since the 429");
+    send(&mut b, 89, 91, |_| 5.0, &flat);
+    assert!(b.held_rps().is_some_and(|h| close(h, 5.0)), "{:?}", b.held_rps());
+}
+
+#[test]
+fn a_failed_probe_steps_back_to_the_rate_that_held_instead_of_halving() {
+    let mut a = Aimd::new(8.0, secs(0));
+    a.on_rate_limited(secs(0), None, &S);
+    assert_eq!(a.effective(), 4.0);
+    // Recovery probes upwards while the pool sends all it may; every whole
+    // minute without a 429 raises the rate that held.
+    send(&mut a, 0, 300, |a| a.effective(), &S);
+    let held = a.held_rps().expect("a rate held");
+    let probed = a.effective();
+    assert!(probed > held && held > 4.0, "probed {probed}, held {held}");
+    // The 429 of the probe: back to what held, not half of the probe.
+    let sig = a.on_rate_limited(secs(301), None, &S);
+    assert!(sig.decreased);
+    assert_eq!(a.effective(), held, "stepped back to the rate that held");
+    assert!(
+        a.effective() > probed * S.backoff_multiplier,
+        "halving would have gone lower"
+    );
+    assert_eq!(a.recovery(), Recovery::Additive);
+    // No probing for a quiet spell: the limit is just above.
+    send(&mut a, 301, 301 + 299, |a| a.effective(), &S);
+    assert_eq!(a.effective(), held, "recovery waits AIMD_QUIET after a failed probe");
+    // The rate that held and the quiet spell are saved with the state.
+    let resumed = Aimd::resume(8.0, &a.state(), secs(600));
+    assert_eq!((resumed.held_rps(), resumed.effective()), (a.held_rps(), held));
+    let mut resumed = resumed;
+    resumed.tick(secs(600), &S);
+    assert_eq!(resumed.effective(), held, "a restart does not end the quiet spell");
+    send(&mut a, 600, 660, |a| a.effective(), &S);
+    assert!(a.effective() > held, "then it probes again, additively");
+}
+
+#[test]
+fn a_step_back_is_never_deeper_than_the_multiplicative_decrease() {
+    // The pool sent 1 rps of its 8 for a minute: that held. A 429 that is
+    // not lone then steps back, but not below half of the budget.
+    let mut a = Aimd::new(8.0, secs(0));
+    send(&mut a, 0, 61, |_| 1.0, &S);
+    assert_eq!(a.held_rps(), Some(1.0));
+    a.on_rate_limited(secs(70), None, &S);
+    assert_eq!(a.effective(), 4.0);
+}
+
+#[test]
+fn a_429_at_or_below_the_rate_that_held_still_halves_and_forgets_it() {
+    let mut a = Aimd::new(8.0, secs(0));
+    a.on_rate_limited(secs(0), None, &S);
+    // A minute of sending 4 rps with additive recovery off: 4 rps held.
+    let flat = AimdSettings {
+        recovery_rps_per_minute: 0.0,
+        ..S
+    };
+    send(&mut a, 0, 61, |_| 4.0, &flat);
+    assert_eq!((a.effective(), a.held_rps()), (4.0, Some(4.0)));
+    // The room shrank: a 429 at the rate that held halves, as the seed does.
+    let sig = a.on_rate_limited(secs(62), None, &flat);
+    assert!(sig.decreased);
+    assert_eq!(a.effective(), 2.0);
+    assert_eq!(a.held_rps(), None, "what held no longer does");
+    // The seed's bounds still hold: one decrease per cooldown, the 0.5 rps floor.
+    a.on_rate_limited(secs(70), None, &flat);
+    assert_eq!(a.effective(), 2.0, "one decrease per 30 s");
+    a.on_rate_limited(secs(92), None, &flat);
+    a.on_rate_limited(secs(122), None, &flat);
+    a.on_rate_limited(secs(152), None, &flat);
+    assert_eq!(a.effective(), AIMD_FLOOR_RPS);
 }
 
 /// The fake API of the storm test: `limit` requests per aligned 1 s window, 429 beyond.

@@ -37,7 +37,12 @@ impl Scheduler {
                 let tr = task::on_success(&mut rec, &t.meta, ok.digest, due, now, &self.settings.adaptive, rng);
                 if t.spread_next {
                     let iv = task::current_interval(&rec, &t.meta, &self.settings.adaptive);
-                    rec.next_run = rec.next_run.plus(phase::offset(key, iv));
+                    let offset = if t.spread_wide {
+                        phase::spread(key, iv)
+                    } else {
+                        phase::offset(key, iv)
+                    };
+                    rec.next_run = rec.next_run.plus(offset);
                 }
                 tr
             }
@@ -94,6 +99,7 @@ impl Scheduler {
         }
         update(&mut t.rec);
         t.spread_next = false;
+        t.spread_wide = false;
         if removed {
             self.delete(key);
             return;

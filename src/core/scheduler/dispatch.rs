@@ -51,8 +51,12 @@ impl Scheduler {
                     let from = deferred.map_or(t.rec.next_run, |d| d.from);
                     *deferred = Some(Deferral { from, reserved: true });
                     t.rec.next_run = slot;
-                    // The bucket has spread it already.
-                    t.spread_next = false;
+                    // The bucket lines the tasks that fell due together up
+                    // at its rate, a train that would meet it together
+                    // again every cycle: spread this one over its next
+                    // interval once it has been polled.
+                    t.spread_next = true;
+                    t.spread_wide = true;
                     let score = staleness::score(t.rec.last_success, now, max_interval);
                     self.queue.upsert(QueueEntry {
                         next_run: slot,
@@ -63,6 +67,11 @@ impl Scheduler {
                 }
             }
             let first_due = deferred.map_or(t.rec.next_run, |d| d.from);
+            if let Some(pool) = &t.meta.pool
+                && let Some(bucket) = self.buckets.get_mut(pool)
+            {
+                bucket.count_sent(t.meta.cost);
+            }
             break (e, t, first_due);
         };
         let due = t.rec.next_run;
@@ -97,6 +106,15 @@ impl Scheduler {
                 self.cancel_reservations(pool);
             }
         }
+    }
+
+    /// Each pool's requests dispatched since the last call (what it really
+    /// sent: the AIMD controller learns from it which rate held).
+    pub fn take_sent(&mut self) -> Vec<(Arc<str>, f64)> {
+        self.buckets
+            .iter_mut()
+            .map(|(k, b)| (k.clone(), b.take_sent()))
+            .collect()
     }
 
     /// Forget pools that no longer exist (their tasks are unbudgeted now).

@@ -36,9 +36,13 @@ pub struct Task {
     /// first success moves the next run by the task's phase offset, so a
     /// fleet that started together leaves lockstep after one round. It is
     /// carried through the state changes before that success (a hold, the
-    /// poll itself), so it is a field of its own; a deferral clears it, as
-    /// the pool's bucket has spread the task already.
+    /// poll itself), so it is a field of its own. A deferral by the pool's
+    /// bucket sets it too: the tasks the bucket held up together leave its
+    /// slots one rate-step apart, and would meet it as one train again.
     pub spread_next: bool,
+    /// The spread of `spread_next` is over the whole next interval, not
+    /// the phase window: set by a deferral (see [`Deferral`]).
+    pub spread_wide: bool,
 }
 
 /// Where a task is. Exactly one at a time, so a task never runs twice
@@ -73,9 +77,10 @@ impl TaskState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deferral {
     /// The time it was due before the bucket deferred it (for the
-    /// budget-wait figure). The cadence continues from the slot it got, so
-    /// tasks that fell due together spread out over the pool's rate instead
-    /// of meeting the bucket in lockstep every cycle.
+    /// budget-wait figure). The cadence continues from the slot it got,
+    /// moved by the task's phase offset after its next success, so tasks
+    /// that fell due together spread over their next interval instead of
+    /// meeting the bucket as a train every cycle.
     pub from: Timestamp,
     /// Its `rec.next_run` is a slot the bucket reserved: dispatch it then
     /// without charging the bucket again. Cleared when the pool's rate drops
@@ -118,6 +123,7 @@ impl Task {
             frozen: false,
             placed_at: now,
             spread_next,
+            spread_wide: false,
         }
     }
 

@@ -63,19 +63,83 @@ fn a_pool_bucket_spaces_dispatches_and_keeps_each_task_on_its_cadence() {
         [t0.plus(Duration::from_secs(1)), t0.plus(Duration::from_secs(2))]
     );
     // A reserved slot dispatches without charging the bucket again; its
-    // cadence continues from the slot (so tasks that fell due together
-    // stay spread); the wait counts from when it first fell due.
+    // cadence continues from the slot, moved by its spread (so tasks
+    // that fell due together do not stay a train); the wait counts from
+    // when it first fell due.
     let slot = t0.plus(Duration::from_secs(1));
     let second = s.pop_due(slot).expect("second slot");
     assert_eq!(second.due, slot);
     assert_eq!(second.first_due, t0);
     s.complete(&second.key, &ok(1), slot, &mut SmallRng::seed_from_u64(1));
     let next = s.get(&second.key).map(|t| t.rec.next_run);
-    assert_eq!(next, Some(slot.plus(Duration::from_secs(60))), "slot + interval");
+    assert_eq!(
+        next,
+        Some(
+            slot.plus(Duration::from_secs(60))
+                .plus(crate::core::phase::spread(&second.key, Duration::from_secs(60)))
+        ),
+        "slot + interval + the task's spread over its interval"
+    );
     // An unbudgeted task is never held up by the pool.
     s.place(k("free"), meta(60), None, t0, true);
     let d = s.pop_due(t0.plus(Duration::from_secs(1))).expect("unbudgeted dispatch");
     assert_eq!(&*d.key.instance, "free");
+}
+
+#[test]
+fn tasks_that_waited_on_the_bucket_together_are_spread_over_the_next_interval() {
+    // 18 tasks of one group, due together, in a pool of 4 rps with a burst
+    // of 8: the bucket lines them up 250 ms apart. Polled and answered, they
+    // must not come back as that train (16 requests in about 2 s).
+    let mut s = Scheduler::new(fixed());
+    let t0 = Timestamp(100 * SEC);
+    s.set_pool("org", 4.0, 8, t0);
+    let keys: Vec<TaskKey> = (0..18)
+        .map(|i| TaskKey::new(&format!("net-{i:02}"), "devices"))
+        .collect();
+    let stored = TaskRecord {
+        next_run: t0,
+        ..TaskRecord::default()
+    };
+    for key in &keys {
+        s.place(key.clone(), pooled(30), Some(stored.clone()), t0, false);
+    }
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut now = t0;
+    let mut first_round = Vec::new();
+    while first_round.len() < keys.len() {
+        while let Some(d) = s.pop_due(now) {
+            first_round.push(now);
+            s.complete(&d.key, &ok(1), now, &mut rng);
+        }
+        now = now.plus(Duration::from_millis(50));
+    }
+    // What the pool really sent, for the AIMD controller: every dispatch,
+    // once, whether it waited for a slot or not.
+    let sent: Vec<(String, f64)> = s.take_sent().into_iter().map(|(p, n)| (p.to_string(), n)).collect();
+    assert_eq!(sent, [("org".to_string(), 18.0)]);
+    assert_eq!(s.take_sent()[0].1, 0.0, "read once");
+    let train = first_round.last().expect("polls").since(first_round[0]);
+    assert!(train <= Duration::from_secs(3), "the bucket's train: {train:?}");
+    let mut next: Vec<Timestamp> = keys.iter().filter_map(|k| s.get(k).map(|t| t.rec.next_run)).collect();
+    next.sort();
+    let span = next.last().expect("next runs").since(next[0]);
+    assert!(
+        span >= Duration::from_secs(8),
+        "the next round is spread over the interval, not a train: {span:?}"
+    );
+    // No two-second window of the next round holds more than the bucket
+    // lets through in it (its burst of 8 plus 2 s at 4 rps would be 16).
+    let crowded = next
+        .iter()
+        .map(|a| {
+            next.iter()
+                .filter(|b| **b >= *a && b.since(*a) < Duration::from_secs(2))
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(crowded <= 8, "{crowded} of the next round fall due within 2 s");
 }
 
 #[test]

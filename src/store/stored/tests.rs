@@ -285,7 +285,7 @@ fn rollup() -> Rollup {
 
 const AIMD: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"configured_rps":8.0,"effective_rps":4.25,"last_decrease":1764480000000,"last_429":1764480001000,"last_429_rps":5.25,"recovery":{"kind":"fast","rps_per_minute":0.25,"until_rps":4.725},"at":1764480060000}"#,
+    json: br#"{"configured_rps":8.0,"effective_rps":4.25,"last_decrease":1764480000000,"last_429":1764480001000,"last_429_rps":5.25,"held_rps":4.5,"probe_after":1764480300000,"recovery":{"kind":"fast","rps_per_minute":0.25,"until_rps":4.725},"at":1764480060000,"announced":{"over_budget":true,"shed":["net/inventory"]}}"#,
 };
 
 fn aimd() -> crate::core::aimd::AimdState {
@@ -295,11 +295,17 @@ fn aimd() -> crate::core::aimd::AimdState {
         last_decrease: Some(Timestamp(1_764_480_000_000)),
         last_429: Some(Timestamp(1_764_480_001_000)),
         last_429_rps: Some(5.25),
+        held_rps: Some(4.5),
+        probe_after: Some(Timestamp(1_764_480_300_000)),
         recovery: crate::core::aimd::Recovery::Fast {
             rps_per_minute: 0.25,
             until_rps: 4.725,
         },
         at: Timestamp(1_764_480_060_000),
+        announced: crate::core::aimd::Announced {
+            over_budget: true,
+            shed: vec!["net/inventory".into()],
+        },
     }
 }
 
@@ -316,11 +322,14 @@ fn aimd_without_level() -> crate::core::aimd::AimdState {
         last_decrease: Some(Timestamp(1_764_480_000_000)),
         last_429: Some(Timestamp(1_764_480_001_000)),
         last_429_rps: None,
+        held_rps: None,
+        probe_after: None,
         recovery: crate::core::aimd::Recovery::Fast {
             rps_per_minute: 1.6,
             until_rps: 7.2,
         },
         at: Timestamp(1_764_480_060_000),
+        announced: Default::default(),
     }
 }
 
@@ -336,8 +345,11 @@ fn aimd_additive() -> crate::core::aimd::AimdState {
         last_decrease: None,
         last_429: None,
         last_429_rps: None,
+        held_rps: None,
+        probe_after: None,
         recovery: crate::core::aimd::Recovery::Additive,
         at: Timestamp(1_764_480_060_000),
+        announced: Default::default(),
     }
 }
 
