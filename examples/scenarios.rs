@@ -958,6 +958,34 @@ fn goals(scenario: Scenario, f: &Figures, samples: &[Sample], said: &Said, resta
                 ),
                 passed: Some((shed_seconds > 0 || stretched) && told > 0 && events > 0),
             });
+            // Issue #32: the room is used, 429s stay rare, and what the
+            // room carries is stretched rather than shed.
+            let mut effective: Vec<f64> = samples
+                .iter()
+                .filter(|s| s.up && (180..=360).contains(&s.at_s))
+                .map(|s| s.effective_rps)
+                .collect();
+            effective.sort_by(f64::total_cmp);
+            let median = effective.get(effective.len() / 2).copied();
+            v.push(Verdict {
+                goal: "B: median effective budget in minutes 3–6 ≥ 3.2 rps (80 % of the room)".into(),
+                figure: median.map_or("no samples".into(), |m| format!("{m:.2} rps")),
+                passed: median.map(|m| m >= 3.2),
+            });
+            let from5 = f.limited_between(5 * 60_000, f.end_ms);
+            let worst_minute = f.limited.iter().skip(5).copied().max().unwrap_or(0);
+            v.push(Verdict {
+                goal: "B: from minute 5 on at most 2 429s, never 2 in a minute".into(),
+                figure: format!("{} ({})", from5.len(), secs(&from5)),
+                passed: (f.limited.len() > 5).then_some(from5.len() <= 2 && worst_minute <= 1),
+            });
+            let late: Vec<&Sample> = samples.iter().filter(|s| s.up && s.at_s >= 180).collect();
+            let late_shed = late.iter().filter(|s| !s.shed().is_empty()).count();
+            v.push(Verdict {
+                goal: "B: from minute 3 on, a group shed in at most 15 % of the samples".into(),
+                figure: format!("{late_shed} of {} samples", late.len()),
+                passed: (!late.is_empty()).then_some(late_shed * 100 <= late.len() * 15),
+            });
             let last_rps = f.sent.last().map_or(0.0, |n| *n as f64 / 60.0);
             v.push(Verdict {
                 goal: "B: in the last minute Pollster sends at most the 4 rps left to it".into(),

@@ -338,6 +338,8 @@ fn plan_table(pools: &BTreeMap<String, plan::PoolStatus>) -> String {
         );
         let verdict = if !plan.over_budget {
             "fits".to_string()
+        } else if plan.fits_after_shedding && plan.groups.iter().all(|g| !g.shed) {
+            "OVER BUDGET (over the target at the stretch caps; the budget carries it, nothing shed)".to_string()
         } else if plan.fits_after_shedding {
             "OVER BUDGET (fits after shedding)".to_string()
         } else {

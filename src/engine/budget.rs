@@ -10,9 +10,10 @@ use crate::core::aimd::{Aimd, AimdSettings, AimdState, Announced, RateSignal};
 use crate::core::catalog::Catalog;
 use crate::core::plan::{self, PoolStatus, RunningIntervals, RunningTask, Shapes};
 use crate::core::solver::MIN_ADJUSTABLE_PRIORITY;
-use crate::model::{SchedulerMode, SchedulerSettings, ShapeUpdate, Timestamp};
+use crate::core::task::{self, TaskMeta};
+use crate::model::{AdaptiveSettings, SchedulerMode, SchedulerSettings, ShapeUpdate, TaskKey, TaskRecord, Timestamp};
 use crate::sink::event::{PoolEvent, PoolTransition};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 #[derive(Debug, Default)]
@@ -24,6 +25,10 @@ pub struct BudgetState {
     pub solved_at: Timestamp,
     /// The intervals priority 1/2 groups ran at when the plans were solved.
     pub running: RunningIntervals,
+    /// What they run at, smoothed ([`plan::smooth_running`]), and when it
+    /// was last observed.
+    running_seen: RunningIntervals,
+    running_at: Option<Timestamp>,
     /// Pool transitions not sent to the event sink yet.
     pub events: Vec<PoolEvent>,
     /// AIMD states loaded at start, taken when their pool is first set up.
@@ -52,6 +57,30 @@ pub fn running_of(s: &Scheduler) -> RunningIntervals {
     )
 }
 
+/// [`running_of`] for tasks not yet on the schedule (a start): the
+/// intervals their stored records put them on.
+pub fn running_of_records(
+    desired: &[(TaskKey, TaskMeta)],
+    stored: &HashMap<TaskKey, TaskRecord>,
+    adaptive: &AdaptiveSettings,
+) -> RunningIntervals {
+    let fresh = TaskRecord::default();
+    plan::running_intervals(
+        desired
+            .iter()
+            .filter(|(_, m)| m.hold.is_none() && m.priority < MIN_ADJUSTABLE_PRIORITY)
+            .filter_map(|(k, m)| {
+                Some(RunningTask {
+                    pool: m.pool.as_deref()?,
+                    type_name: &m.type_name,
+                    group: &k.group,
+                    cost: m.cost,
+                    interval: task::current_interval(stored.get(k).unwrap_or(&fresh), m, adaptive),
+                })
+            }),
+    )
+}
+
 pub fn aimd_settings(s: &SchedulerSettings) -> AimdSettings {
     AimdSettings {
         enabled: s.aimd_enabled && s.mode == SchedulerMode::Adaptive,
@@ -68,6 +97,38 @@ impl BudgetState {
 
     /// Bring the AIMD controllers in line with the configured pools and
     /// solve every pool again.
+    /// What priority 1/2 groups run at now (`raw`), smoothed over about a
+    /// minute: the figure the plan is solved with.
+    pub fn observe_running(&mut self, raw: RunningIntervals, now: Timestamp) -> RunningIntervals {
+        let elapsed = self.running_at.map_or(plan::RUNNING_SMOOTHING * 100, |t| now.since(t));
+        self.running_seen = plan::smooth_running(&self.running_seen, &raw, elapsed);
+        self.running_at = Some(self.running_at.map_or(now, |t| t.max(now)));
+        self.running_seen.clone()
+    }
+
+    /// What each pool last announced (and the events not yet taken), to
+    /// put back with [`Self::restore_announced`] after a solve that is not
+    /// to count.
+    pub fn announced(&self) -> (Vec<(String, Announced)>, usize) {
+        let pools = self
+            .aimd
+            .iter()
+            .map(|(k, a)| (k.clone(), a.announced().clone()))
+            .collect();
+        (pools, self.events.len())
+    }
+
+    /// Undo the announcements of solves since [`Self::announced`] gave
+    /// `was`: their events are dropped too.
+    pub fn restore_announced(&mut self, was: (Vec<(String, Announced)>, usize)) {
+        for (k, announced) in was.0 {
+            if let Some(a) = self.aimd.get_mut(&k) {
+                a.set_announced(announced);
+            }
+        }
+        self.events.truncate(was.1);
+    }
+
     pub fn resolve(&mut self, cat: &Catalog, s: &SchedulerSettings, now: Timestamp) {
         self.aimd.retain(|name, _| cat.budgets.iter().any(|b| &b.name == name));
         let aimd = aimd_settings(s);
@@ -283,7 +344,9 @@ fn log_transitions(p: &PoolStatus, was: &Announced, now: &Announced) -> Vec<Pool
         tracing::warn!(pool = %name, demand_rps, target_rps, groups = %now.shed.join(","), "pool shedding groups");
         events.push(pool_event(p, PoolTransition::Shedding));
     }
-    if (was.over_budget || !was.shed.is_empty()) && !now.over_budget && now.shed.is_empty() {
+    // Every group planned again: shedding ended (the budget carries them
+    // all, stretched), or the pool is no longer over budget.
+    if now.shed.is_empty() && (!was.shed.is_empty() || (was.over_budget && !now.over_budget)) {
         tracing::info!(pool = %name, demand_rps, target_rps, "pool restored: every group is planned again");
         events.push(pool_event(p, PoolTransition::Restored));
     }
@@ -345,8 +408,8 @@ mod tests {
         assert_eq!(kinds, [PoolTransition::OverBudget, PoolTransition::Shedding]);
         b.resolve(&cat, &s, t);
         assert!(b.events.is_empty(), "reported once: {:?}", b.events);
-        // Counted as they run (status at 10 s), p1/p2 need 2.4 rps: health still does not fit (shed, as
-        // before: nothing new to report).
+        // Counted as they run (status at 10 s), p1/p2 need 2.4 rps: with health and inventory at their caps
+        // (1.05 rps) the pool is still over the target, but the 4 rps budget carries them: planned again.
         b.running = plan::running_intervals((0..18).map(|_| RunningTask {
             pool: "org",
             type_name: "net",
@@ -354,6 +417,15 @@ mod tests {
             cost: 1.0,
             interval: Duration::from_secs(10),
         }));
+        b.resolve(&cat, &s, t);
+        let kinds: Vec<PoolTransition> = b.events.drain(..).map(|e| e.transition).collect();
+        assert_eq!(kinds, [PoolTransition::Restored]);
+        assert!(b.plans["org"].plan.over_budget);
+        // Back to p1/p2 at their floors: shedding again, announced once.
+        b.running.clear();
+        b.resolve(&cat, &s, t);
+        let kinds: Vec<PoolTransition> = b.events.drain(..).map(|e| e.transition).collect();
+        assert_eq!(kinds, [PoolTransition::Shedding]);
         b.resolve(&cat, &s, t);
         assert!(b.events.is_empty(), "{:?}", b.events);
         // A restart resumes what was announced with the AIMD state: the

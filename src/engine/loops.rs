@@ -143,7 +143,10 @@ pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<
         if !(due || resolve) && now.since(running_checked) >= RUNNING_CHECK {
             running_checked = now;
             let running = super::budget::running_of(&shared.core().scheduler);
-            due = shared.budgets(|b, _| crate::core::plan::running_moved(&b.running, &running));
+            due = shared.budgets(|b, _| {
+                let seen = b.observe_running(running, now);
+                crate::core::plan::running_moved(&b.running, &seen)
+            });
         }
         if due || resolve || now.since(solved_at) >= settings.resolve_interval {
             let mut none = HashMap::new();

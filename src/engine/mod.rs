@@ -351,15 +351,30 @@ impl Shared {
     /// or released; pool token buckets set to their effective budgets.
     pub fn reconcile(&self, now: Timestamp, stored: &mut HashMap<TaskKey, TaskRecord>, cold_start: bool) {
         let cat = self.catalog();
-        let (settings, running) = {
+        let (settings, adaptive, running, starting) = {
             let c = self.core();
             (
                 c.scheduler.settings().scheduler.clone(),
+                c.scheduler.settings().adaptive.clone(),
                 budget::running_of(&c.scheduler),
+                c.scheduler.is_empty(),
             )
         };
         let tasks = self.budgets(|b, key| {
-            b.running = running;
+            b.running = b.observe_running(running, now);
+            if starting {
+                // Nothing runs yet: a first solve gives the tasks, whose
+                // stored records say what intervals priority 1/2 groups
+                // run at. Without this the start would plan them at
+                // their floors, and announce a shedding the running
+                // pool would not have.
+                let was = b.announced();
+                b.resolve(&cat, &settings, now);
+                let desired = plan::tasks(&cat, &settings, &b.plans, &b.shapes);
+                let stored_running = budget::running_of_records(&desired, stored, &adaptive);
+                b.running = b.observe_running(stored_running, now);
+                b.restore_announced(was);
+            }
             b.resolve(&cat, &settings, now);
             let events = std::mem::take(&mut b.events);
             let desired = plan::tasks(&cat, &settings, &b.plans, &b.shapes);

@@ -417,13 +417,15 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
             &[("pool", "p"), ("group", "fast/probe")],
             Some("1"),
         ),
-        ("pollster_scheduler_estimated_demand_rps", &[("pool", "p")], Some("10")),
+        // The priority 1 probe (floor 0.1 s) runs at the 200 ms adaptive
+        // base of the test settings: the plan counts it as it runs.
+        ("pollster_scheduler_estimated_demand_rps", &[("pool", "p")], Some("5")),
         ("pollster_scheduler_budget_rps", &[("pool", "p")], Some("100")),
         ("pollster_scheduler_effective_budget_rps", &[("pool", "p")], Some("100")),
         (
             "pollster_scheduler_budget_utilization_ratio",
             &[("pool", "p")],
-            Some("0.1"),
+            Some("0.05"),
         ),
         ("pollster_scheduler_over_budget", &[("pool", "p")], Some("0")),
         ("pollster_scheduler_budget_wait_seconds_count", &[("pool", "p")], None),

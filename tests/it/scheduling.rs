@@ -382,6 +382,26 @@ fn median_effective(samples: &[Sample], from_s: u64, to_s: u64) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// From minute 3 on (the first decrease long settled) health and inventory
+/// are stretched, not shed: the room carries them at their caps. They are
+/// shed only while a status change sends priority 1 towards adaptive
+/// polling's 5 s minimum and above the budget: spells of at most 30 s, in
+/// at most 15 % of the samples (before, 105 of 108 samples shed them).
+fn assert_nothing_that_fits_is_shed(samples: &[Sample]) {
+    let late: Vec<bool> = samples
+        .iter()
+        .filter(|s| s.at_s >= 180)
+        .map(|s| s.planned.values().any(|iv| iv.is_none()))
+        .collect();
+    let shed = late.iter().filter(|&&x| x).count();
+    let longest = late.split(|&x| !x).map(<[bool]>::len).max().unwrap_or(0);
+    assert!(
+        shed * 100 <= late.len() * 15 && longest <= 30,
+        "a group is shed in {shed} of the {} samples from minute 3 on, for up to {longest} s at a time",
+        late.len()
+    );
+}
+
 /// Scenario B's checks on a run of `minutes` from `from_ms`.
 fn assert_overload_settles(f: &Figures, samples: &[Sample]) {
     // The room is used: in minutes 3–6 the median effective budget is at
@@ -430,8 +450,9 @@ async fn under_sustained_overload_429s_stop_within_five_minutes_and_priority_1_a
     // Fast recovery stops below the rate the pool was sending when the 429
     // came, under the 4 rps the org leaves it: no second round of 429s
     // follows the first decrease (it came 62 s after it when fast recovery
-    // aimed at 90 % of the 8 rps budget; now only the additive step finds
-    // the limit again, after about 4 minutes).
+    // aimed at 90 % of the 8 rps budget). The additive step meets the
+    // limit again once: that failed probe steps back to the rate that
+    // held, and is the only 429 of those 3 minutes.
     let decreased_s = samples
         .windows(2)
         .find(|w| w[1].effective_rps < w[0].effective_rps)
@@ -446,9 +467,10 @@ async fn under_sustained_overload_429s_stop_within_five_minutes_and_priority_1_a
         .filter(|&t| t > settled_ms && t <= quiet_until_ms)
         .collect();
     assert!(
-        second_round.is_empty(),
-        "429s within 3 minutes after the decrease at {decreased_s} s settled: {second_round:?}"
+        second_round.len() <= 1,
+        "a round of 429s within 3 minutes after the decrease at {decreased_s} s settled: {second_round:?}"
     );
+    assert_nothing_that_fits_is_shed(&samples);
     assert!(
         samples.iter().any(|s| s.over_budget),
         "the pool never said it was over budget"
@@ -482,12 +504,14 @@ async fn a_restart_under_sustained_overload_resumes_aimd_without_a_429_storm() {
         f.per_minute[0],
         f.limited_ms
     );
-    // The rate that held comes back with the state: the room stays used.
+    // The rate that held comes back with the state: the room stays used,
+    // and what it carries is not shed.
     let median = median_effective(&samples, 0, u64::MAX);
     assert!(
         median >= 0.8 * ROOM_RPS,
         "median effective budget {median:.2} rps after the restart"
     );
+    assert_nothing_that_fits_is_shed(&samples);
 }
 
 /// An event sink receiver on loopback: records the events of every batch it
@@ -537,8 +561,9 @@ async fn pool_transitions_reach_a_receiver_that_was_down_across_a_restart() {
     receiver.down.store(true, Ordering::SeqCst);
     let mut sink = SinkConfig::new(&url);
     sink.buffering = Duration::from_millis(50);
-    // Scenario B for a minute: a lone 429, then a decrease that sheds health
-    // and inventory. The receiver is down all along, and at the shutdown.
+    // Scenario B for a minute: a lone 429, then a decrease that puts the
+    // pool over budget (its groups stretched to their caps, none shed). The
+    // receiver is down all along, and at the shutdown.
     let api = OrgApi::new(origin, 6, None);
     let e = Engine::org_with_sink(dir.path(), origin, api.clone(), Some(sink.clone())).await;
     run(&e, origin, 60).await;
@@ -554,7 +579,7 @@ async fn pool_transitions_reach_a_receiver_that_was_down_across_a_restart() {
             .is_some_and(|t| t < restart.to_rfc3339_millis().as_str())
     };
     let wall = std::time::Instant::now();
-    let (decrease, shedding) = loop {
+    let (decrease, over) = loop {
         let events = receiver.pool_events();
         let find = |transition: &str| {
             events
@@ -562,12 +587,12 @@ async fn pool_transitions_reach_a_receiver_that_was_down_across_a_restart() {
                 .find(|ev| ev["transition"] == transition && before_restart(ev))
                 .cloned()
         };
-        if let (Some(d), Some(s)) = (find("aimd_decrease"), find("shedding")) {
+        if let (Some(d), Some(s)) = (find("aimd_decrease"), find("over_budget")) {
             break (d, s);
         }
         assert!(
             wall.elapsed() < Duration::from_secs(30),
-            "no AIMD decrease and shedding from before the restart; pool events received: {events:#?}"
+            "no AIMD decrease and over budget from before the restart; pool events received: {events:#?}"
         );
         // Paused time: the engine and the sink's driver move on meanwhile.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -581,8 +606,16 @@ async fn pool_transitions_reach_a_receiver_that_was_down_across_a_restart() {
         .into_iter()
         .filter(|ev| !before_restart(ev) && (ev["transition"] == "shedding" || ev["transition"] == "over_budget"))
         .collect();
-    assert!(again.is_empty(), "announced again after the restart: {again:#?}");
-    for ev in [&decrease, &shedding] {
+    assert!(
+        again.is_empty(),
+        "announced again after the restart at {restart:?}: {again:#?}; all: {:?}",
+        receiver
+            .pool_events()
+            .iter()
+            .map(|ev| format!("{} {} {}", ev["time"], ev["transition"], ev["groups"]))
+            .collect::<Vec<_>>()
+    );
+    for ev in [&decrease, &over] {
         assert_eq!(ev["pool"], POOL, "{ev}");
         assert!(
             ev["id"].as_str().is_some_and(|id| !id.is_empty()),
@@ -593,29 +626,15 @@ async fn pool_transitions_reach_a_receiver_that_was_down_across_a_restart() {
         }
         assert_eq!(ev["budget_rps"].as_f64(), Some(SHARE_RPS), "{ev}");
     }
-    // Halved from the share; p1/p2 alone then exceed the target.
-    assert_eq!(
-        decrease["effective_budget_rps"].as_f64(),
-        Some(SHARE_RPS / 2.0),
-        "{decrease}"
-    );
-    assert_eq!(
-        shedding["effective_budget_rps"].as_f64(),
-        Some(SHARE_RPS / 2.0),
-        "{shedding}"
-    );
+    // Halved from the share: the groups at their caps exceed the target,
+    // a share of the budget, but the budget itself carries them.
+    for ev in [&decrease, &over] {
+        assert_eq!(ev["effective_budget_rps"].as_f64(), Some(SHARE_RPS / 2.0), "{ev}");
+    }
+    let (demand, target) = (over["demand_rps"].as_f64(), over["target_rps"].as_f64());
     assert!(
-        shedding["target_rps"].as_f64() < Some(SHARE_RPS / 2.0),
-        "the target is a share of the budget: {shedding}"
+        target < demand && demand <= Some(SHARE_RPS / 2.0),
+        "over the target, within the budget: {over}"
     );
-    let groups: Vec<&str> = shedding["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .filter_map(|g| g.as_str())
-        .collect();
-    assert!(
-        groups.contains(&"net/inventory"),
-        "inventory (priority 4) is shed first: {shedding}"
-    );
+    assert_eq!(over["groups"].as_array().map(Vec::len), Some(0), "nothing shed: {over}");
 }

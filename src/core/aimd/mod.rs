@@ -38,7 +38,7 @@
 //!   causes a decrease (the 429 shows the pool was already too fast), which also guarantees that a 429
 //!   never raises the rate.
 //! - **A failed probe steps back.** The rate that held is the highest rate the pool really sent (its
-//!   busiest [`SEND_SLICE`] of 10 s, [`Aimd::note_sent`]) in a whole [`PROBE_WINDOW`] (1 min) with no 429
+//!   busiest [`SEND_SLICE`] of 20 s, [`Aimd::note_sent`]) in a whole [`PROBE_WINDOW`] (1 min) with no 429
 //!   at all, up to the budget in force at the window's start: a budget the pool never came near proves
 //!   nothing about the API. A 429 that decreases while the budget is above it (the pool was probing for
 //!   more) steps back to that rate instead of halving, never deeper than the multiplicative decrease: the
@@ -78,8 +78,10 @@ pub const FAST_RECOVERY: Duration = Duration::from_secs(2 * 60);
 pub const FAST_RECOVERY_CEILING: f64 = 0.9;
 /// A budget in force this long with no 429 at all is a rate that held.
 pub const PROBE_WINDOW: Duration = Duration::from_secs(60);
-/// What the pool sends is measured over slices this long; a probe window's peak is its busiest slice.
-pub const SEND_SLICE: Duration = Duration::from_secs(10);
+/// What the pool sends is measured over slices this long; a probe window's peak is its busiest slice. Long
+/// enough that an API's burst allowance spent in one slice does not pass for a rate (10 s slices took a
+/// 10-request burst as 1 rps more than the room).
+pub const SEND_SLICE: Duration = Duration::from_secs(20);
 
 /// Operator settings of the controller (shared by all pools).
 #[derive(Debug, Clone, Copy, PartialEq)]

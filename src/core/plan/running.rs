@@ -49,6 +49,35 @@ pub fn running_intervals<'a>(tasks: impl IntoIterator<Item = RunningTask<'a>>) -
     out
 }
 
+/// How long the plan takes to follow what priority 1/2 groups run at: the
+/// time constant of [`smooth_running`]. A status change sends adaptive
+/// polling towards its minimum for a few polls (about 30 s); planning
+/// for that spike sheds priority 3/4 groups for as long, then plans them
+/// back. A change that lasts is followed within about a minute.
+pub const RUNNING_SMOOTHING: Duration = Duration::from_secs(60);
+
+/// `prev` moved towards `now` by the share of [`RUNNING_SMOOTHING`] that
+/// `elapsed` is (`1 − e^(−elapsed/τ)`), in demand (1 / interval). Groups
+/// new in `now` are taken as they are, and groups gone from it are gone.
+pub fn smooth_running(prev: &RunningIntervals, now: &RunningIntervals, elapsed: Duration) -> RunningIntervals {
+    let alpha = 1.0 - (-elapsed.as_secs_f64() / RUNNING_SMOOTHING.as_secs_f64()).exp();
+    now.iter()
+        .map(|(pool, groups)| {
+            let groups = groups
+                .iter()
+                .map(|(k, &iv)| {
+                    let iv = match prev.get(pool).and_then(|g| g.get(k)) {
+                        Some(&was) if was > 0.0 && iv > 0.0 => 1.0 / (1.0 / was + alpha * (1.0 / iv - 1.0 / was)),
+                        _ => iv,
+                    };
+                    (k.clone(), iv)
+                })
+                .collect();
+            (pool.clone(), groups)
+        })
+        .collect()
+}
+
 /// A group's running demand moved by more than [`RESOLVE_HYSTERESIS`]
 /// (20 %) since `then`, or a group came or went: time to re-plan.
 pub fn running_moved(then: &RunningIntervals, now: &RunningIntervals) -> bool {
@@ -89,6 +118,26 @@ mod tests {
         // Costless tasks are left out.
         let r = running_intervals([task("devices", 0.0, 30)]);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn the_plan_follows_a_lasting_change_not_a_spike() {
+        let at = |secs: u64| running_intervals([task("status", 1.0, secs)]);
+        let iv = |r: &RunningIntervals| r["org"][&("net".to_string(), "status".to_string())];
+        // 10 s of a spike to 5 s moves the figure by 1 − e^(−1/6) of the
+        // way in demand: 10 s → about 8.6 s, under the 20 % that re-plans.
+        let spiked = smooth_running(&at(10), &at(5), Duration::from_secs(10));
+        assert!((iv(&spiked) - 1.0 / (0.1 + (1.0 - (-1.0f64 / 6.0).exp()) * 0.1)).abs() < 1e-9);
+        assert!(!running_moved(&at(10), &spiked));
+        // A change that lasts a minute is followed past the hysteresis.
+        let mut r = at(10);
+        for _ in 0..6 {
+            r = smooth_running(&r, &at(5), Duration::from_secs(10));
+        }
+        assert!(running_moved(&at(10), &r), "{}", iv(&r));
+        // No time passed: nothing moves; a new group is taken as it is.
+        assert_eq!(smooth_running(&at(10), &at(5), Duration::ZERO), at(10));
+        assert_eq!(smooth_running(&RunningIntervals::new(), &at(5), Duration::ZERO), at(5));
     }
 
     #[test]

@@ -55,8 +55,11 @@ impl Scheduler {
                     // at its rate, a train that would meet it together
                     // again every cycle: spread this one over its next
                     // interval once it has been polled.
-                    t.spread_next = true;
-                    t.spread_wide = true;
+                    // Priority 1 and 2 keep their cadence: only the groups
+                    // the plan may stretch are moved.
+                    let adjustable = t.meta.priority >= crate::core::solver::MIN_ADJUSTABLE_PRIORITY;
+                    t.spread_next = adjustable;
+                    t.spread_wide = adjustable;
                     let score = staleness::score(t.rec.last_success, now, max_interval);
                     self.queue.upsert(QueueEntry {
                         next_run: slot,

@@ -63,9 +63,9 @@ fn a_pool_bucket_spaces_dispatches_and_keeps_each_task_on_its_cadence() {
         [t0.plus(Duration::from_secs(1)), t0.plus(Duration::from_secs(2))]
     );
     // A reserved slot dispatches without charging the bucket again; its
-    // cadence continues from the slot, moved by its spread (so tasks
-    // that fell due together do not stay a train); the wait counts from
-    // when it first fell due.
+    // cadence continues from the slot (a priority 3/4 task is also moved by
+    // its spread, so that tasks that fell due together do not stay a
+    // train); the wait counts from when it first fell due.
     let slot = t0.plus(Duration::from_secs(1));
     let second = s.pop_due(slot).expect("second slot");
     assert_eq!(second.due, slot);
@@ -74,11 +74,8 @@ fn a_pool_bucket_spaces_dispatches_and_keeps_each_task_on_its_cadence() {
     let next = s.get(&second.key).map(|t| t.rec.next_run);
     assert_eq!(
         next,
-        Some(
-            slot.plus(Duration::from_secs(60))
-                .plus(crate::core::phase::spread(&second.key, Duration::from_secs(60)))
-        ),
-        "slot + interval + the task's spread over its interval"
+        Some(slot.plus(Duration::from_secs(60))),
+        "slot + interval: a priority 1 task keeps its cadence"
     );
     // An unbudgeted task is never held up by the pool.
     s.place(k("free"), meta(60), None, t0, true);
@@ -102,7 +99,13 @@ fn tasks_that_waited_on_the_bucket_together_are_spread_over_the_next_interval() 
         ..TaskRecord::default()
     };
     for key in &keys {
-        s.place(key.clone(), pooled(30), Some(stored.clone()), t0, false);
+        // Priority 3: a group the plan may stretch (priority 1/2 keep
+        // their cadence).
+        let health = TaskMeta {
+            priority: 3,
+            ..pooled(30)
+        };
+        s.place(key.clone(), health, Some(stored.clone()), t0, false);
     }
     let mut rng = SmallRng::seed_from_u64(7);
     let mut now = t0;

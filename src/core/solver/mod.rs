@@ -12,7 +12,11 @@
 //!    multiplies its interval by 1.5, clamped to its cap `max(min(floor × max_stretch_factor, max_interval_s), floor)`.
 //!    It stops when the demand fits or when nothing is stretchable any more (the plan is then `over_budget`).
 //! 3. **Shed** (mode `Adaptive`, `shed` allowed, still over budget). Groups of priority 3 or 4 that are enabled, gated
-//!    and unpinned are shed one by one in the order `(−priority, name, type_name)` until the demand fits.
+//!    and unpinned are shed one by one in the order `(−priority, name, type_name)` until the demand fits the
+//!    effective budget itself ([`shed_limit`]), not the target: the target's headroom is what stretching keeps, and a
+//!    group the budget carries at its cap is stretched, not shed (the pool is still `over_budget`). Shedding to the
+//!    target dropped data the API had room for: under sustained overload (issue #32) health and inventory were
+//!    shed for a whole run that the room left by the other integration would have carried.
 //!
 //! Priority 1 and 2 groups and ungated (overhead) groups are never stretched nor shed; they only count as demand.
 //! A priority 1 or 2 group's demand is counted at the interval its tasks really run at when that is longer than its
@@ -91,7 +95,13 @@ pub fn solve_traced(
         let by_name = adjustable_by_name(groups);
         over_budget = stretch(groups, s, target, &by_name, &mut intervals, &mut demand, &mut trace);
         if over_budget && s.shed {
-            shed_until_fits(groups, target, &by_name, &mut shed, &mut demand);
+            shed_until_fits(
+                groups,
+                shed_limit(target, effective_budget_rps),
+                &by_name,
+                &mut shed,
+                &mut demand,
+            );
         }
     }
 
@@ -126,7 +136,7 @@ pub fn solve_traced(
         })
         .collect();
     let total_demand_rps = demand.fresh_total();
-    let still_over = total_demand_rps > target;
+    let still_over = total_demand_rps > shed_limit(target, effective_budget_rps);
     let plan = PoolPlan {
         budget_rps,
         effective_budget_rps,
@@ -167,6 +177,12 @@ fn demand_target(effective_budget_rps: f64, target_utilization: f64) -> f64 {
     } else {
         0.0
     }
+}
+
+/// The demand shedding brings a pool down to: the effective budget itself (or the target, if that is higher).
+/// The target's headroom is kept by stretching; a group the budget carries at its cap is stretched, not shed.
+pub fn shed_limit(target_rps: f64, effective_budget_rps: f64) -> f64 {
+    demand_target(effective_budget_rps, 1.0).max(target_rps)
 }
 
 /// The interval a group's demand is counted at: its interval, or for a priority 1/2 group the larger of that and

@@ -28,15 +28,31 @@ fn priority_1_and_2_demand_counts_at_the_interval_they_run_at() {
     devices.running_interval_s = Some(12.0); // shorter than the floor: the floor counts
     let mut health = group("health", 3, 6.0, 18.0);
     health.running_interval_s = Some(600.0); // priority 3: ignored, the solver sets its interval
-    let plan = solve(&[status, devices, health], 8.0, 4.0, &settings(Mode::Adaptive, true));
+    let (status_g, devices_g, health_g) = (|| status.clone(), || devices.clone(), || health.clone());
+    let plan = solve(
+        &[status_g(), devices_g(), health_g()],
+        8.0,
+        4.0,
+        &settings(Mode::Adaptive, true),
+    );
     assert_eq!(plan.groups[0].interval_s, 5.0, "the planned interval stays the floor");
     assert!((plan.groups[0].demand_rps - 1.8).abs() < 1e-12);
     assert!((plan.groups[1].demand_rps - 0.6).abs() < 1e-12);
-    // 2.4 rps for p1/p2 leaves 0.4 of the 2.8 rps target: health at its cap (24 s) needs 0.75, so it is shed.
+    // 2.4 rps for p1/p2 and health at its cap (24 s, 0.75 rps) exceed the 2.8 rps target but fit the 4 rps
+    // budget: health is stretched, not shed.
+    assert_eq!(plan.groups[2].interval_s, 24.0);
+    assert!(plan.over_budget && !plan.groups[2].shed && plan.fits_after_shedding);
+    // At 3 rps the budget itself does not carry 3.15 rps: health is shed.
+    let plan = solve(
+        &[status_g(), devices_g(), health_g()],
+        8.0,
+        3.0,
+        &settings(Mode::Adaptive, true),
+    );
     assert!(plan.groups[2].shed);
-    assert!(!plan.could_shed_less(4.0));
-    // At 4.6 rps the target is 3.22 ≥ 2.4 + 0.75: health fits again.
-    assert!(plan.could_shed_less(4.6));
+    assert!(!plan.could_shed_less(3.0));
+    // At 3.2 rps the budget carries 2.4 + 0.75: health fits again.
+    assert!(plan.could_shed_less(3.2));
 }
 
 #[test]
@@ -49,12 +65,12 @@ fn could_shed_less_looks_at_the_last_group_shed() {
     ];
     let plan = solve(&groups, 2.0, 1.0, &settings(Mode::Adaptive, true));
     assert!(plan.groups[1].shed && plan.groups[2].shed);
-    // a: 1 rps. b at its cap (40 s): 0.1 rps; d at its cap: 0.025 rps.
+    // a: 1 rps. b at its cap (40 s): 0.1 rps; d at its cap: 0.025 rps. Shedding stops at the budget itself.
     assert!(
-        !plan.could_shed_less(1.5),
-        "target 1.05: d would fit, but b is shed after it"
+        !plan.could_shed_less(1.05),
+        "budget 1.05: d would fit, but b is shed after it"
     );
-    assert!(plan.could_shed_less(1.58), "target 1.106: b fits");
+    assert!(plan.could_shed_less(1.1), "budget 1.1: b fits");
     let plan = solve(&groups, 2.0, 2.0, &settings(Mode::Adaptive, true));
     assert!(!plan.could_shed_less(2.0), "nothing shed");
 }
@@ -138,6 +154,9 @@ fn naive(groups: &[GroupInput], budget: f64, effective: f64, s: &SolveSettings) 
     };
     let cap = |g: &GroupInput| (g.floor_s * s.max_stretch_factor).min(s.max_interval_s).max(g.floor_s);
     let over = |demand: f64| demand > target;
+    // Shedding stops at the effective budget itself (or the target, if higher).
+    let limit = if budget_ok { effective.max(target) } else { target };
+    let over_limit = |demand: f64| demand > limit;
     let adjustable = |g: &GroupInput| g.enabled && g.gated && g.pin_s.is_none() && g.priority >= 3;
 
     let mut interval: Vec<f64> = groups
@@ -207,7 +226,7 @@ fn naive(groups: &[GroupInput], budget: f64, effective: f64, s: &SolveSettings) 
                 ))
         });
         for i in order {
-            if !over(demand(&interval, &shed)) {
+            if !over_limit(demand(&interval, &shed)) {
                 break;
             }
             shed[i] = true;
@@ -255,7 +274,7 @@ fn naive(groups: &[GroupInput], budget: f64, effective: f64, s: &SolveSettings) 
         total_demand_rps: total,
         utilization: if budget_ok { total / effective } else { 0.0 },
         over_budget,
-        fits_after_shedding: !over(total),
+        fits_after_shedding: !over_limit(total),
         stretches: trace.len() as u32,
         groups: plans,
         warnings,
@@ -298,15 +317,22 @@ fn worked_example_steps_intervals_and_shedding() {
     approx(plan.total_demand_rps, 0.725);
     approx(plan.utilization, 0.725);
     assert!(plan.over_budget);
-    assert!(!plan.fits_after_shedding);
+    assert!(
+        plan.fits_after_shedding,
+        "0.725 rps is over the target but within the 1 rps budget"
+    );
     assert!(plan.groups.iter().all(|g| !g.shed));
+    // So even with shedding allowed nothing is shed at 1 rps: the budget carries every group at its cap.
+    let carried = solve(&groups, 1.0, 1.0, &settings(Mode::Adaptive, true));
+    assert!(carried.over_budget && carried.groups.iter().all(|g| !g.shed));
 
     // Initial demand 1.1: a 0.5 + b 0.2 + c 0.2 + d 0.1 + e 0.1 (what Fixed mode reports).
     let fixed = solve(&groups, 1.0, 1.0, &settings(Mode::Fixed, true));
     approx(fixed.total_demand_rps, 1.1);
 
-    // With shedding allowed, c goes first (order −priority, name) and that is enough.
-    let (shed_plan, shed_trace) = solve_traced(&groups, 1.0, 1.0, &settings(Mode::Adaptive, true));
+    // At an effective budget of 0.7 rps (target 0.49) every group is stretched to its cap the same way, and
+    // 0.725 rps exceeds the budget itself: c goes first (order −priority, name) and that is enough.
+    let (shed_plan, shed_trace) = solve_traced(&groups, 1.0, 0.7, &settings(Mode::Adaptive, true));
     assert_eq!(shed_trace, expected);
     assert_eq!(shed_plan.stretches, 12);
     assert!(shed_plan.over_budget, "over_budget describes the plan before shedding");
@@ -326,7 +352,7 @@ fn worked_example_steps_intervals_and_shedding() {
 
     // The naive reference agrees.
     assert_eq!(
-        naive(&groups, 1.0, 1.0, &settings(Mode::Adaptive, true)),
+        naive(&groups, 1.0, 0.7, &settings(Mode::Adaptive, true)),
         (shed_plan, shed_trace)
     );
 }
@@ -430,7 +456,7 @@ fn disabled_groups_contribute_nothing() {
 
 #[test]
 fn ungated_groups_count_but_never_stretch_or_shed() {
-    let mut overhead = group("overhead", 4, 60.0, 60.0);
+    let mut overhead = group("overhead", 4, 60.0, 66.0);
     overhead.gated = false;
     let plan = solve(
         &[overhead, group("x", 4, 60.0, 60.0)],
@@ -440,12 +466,12 @@ fn ungated_groups_count_but_never_stretch_or_shed() {
     );
     let (o, x) = (&plan.groups[0], &plan.groups[1]);
     assert_eq!(o.interval_s, 60.0);
-    assert_eq!(o.demand_rps, 1.0);
+    assert_eq!(o.demand_rps, 1.1);
     assert!(!o.shed);
     assert_eq!(x.interval_s, 240.0);
     assert!(x.shed);
     assert!(plan.over_budget && !plan.fits_after_shedding);
-    assert_eq!(plan.total_demand_rps, 1.0);
+    assert_eq!(plan.total_demand_rps, 1.1);
 }
 
 #[test]

@@ -101,7 +101,8 @@ pub struct PoolPlan {
     pub utilization: f64,
     /// Demand after stretching (before shedding) exceeds the target.
     pub over_budget: bool,
-    /// The final demand (after any shedding) is within the target; always true when not `over_budget`.
+    /// The final demand (after any shedding) is within the effective budget (see [`super::shed_limit`]); always
+    /// true when not `over_budget`.
     pub fits_after_shedding: bool,
     /// Number of ×1.5 steps taken.
     pub stretches: u32,
@@ -116,7 +117,7 @@ impl PoolPlan {
     /// shed less. (Shedding comes after every stretchable group is at its cap, so the re-solve sheds the
     /// same groups in the same order and stops before that last one.)
     pub fn could_shed_less(&self, effective_budget_rps: f64) -> bool {
-        let target = effective_budget_rps * self.target_utilization;
+        let limit = super::shed_limit(effective_budget_rps * self.target_utilization, effective_budget_rps);
         self.groups
             .iter()
             .filter(|g| g.shed)
@@ -127,6 +128,6 @@ impl PoolPlan {
                     .then_with(|| a.name.cmp(&b.name))
                     .then_with(|| a.type_name.cmp(&b.type_name))
             })
-            .is_some_and(|g| self.total_demand_rps + g.cost_per_cycle / g.interval_s <= target)
+            .is_some_and(|g| self.total_demand_rps + g.cost_per_cycle / g.interval_s <= limit)
     }
 }
