@@ -60,6 +60,9 @@ pub enum AppError {
     /// A certificate or key file cannot be used (exit code 2).
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
+    /// Another server holds the data directory (exit code 2).
+    #[error(transparent)]
+    Locked(#[from] crate::control::LockError),
     #[error("{0}")]
     Other(String),
 }
@@ -81,6 +84,8 @@ pub struct Application {
     metrics_auth: crate::config::MetricsAuth,
     /// Reads the config file again: SIGHUP, `POST /api/admin/reload`.
     reloader: Arc<crate::service::reload::Reloader>,
+    /// `<data_dir>/pollster.pid`, held until the process stops.
+    _lock: crate::control::DataDirLock,
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
@@ -151,6 +156,9 @@ impl Application {
         for w in &config.warnings {
             tracing::warn!("{w}");
         }
+        // One server per data directory, refused before anything is opened
+        // or bound.
+        let lock = crate::control::DataDirLock::acquire(&config.server.data_dir)?;
         // The data key first: a missing or wrong one is refused before the
         // database is written to.
         let data_dir = config.server.data_dir.clone();
@@ -304,6 +312,7 @@ impl Application {
             tls,
             metrics_auth: config.server.metrics_auth,
             reloader,
+            _lock: lock,
         })
     }
 
