@@ -240,6 +240,8 @@ async fn set_password(cx: &Context, password: String, actor: &str) -> Reply {
     let store = cx.store.clone();
     let done = tokio::task::spawn_blocking(move || -> Result<usize, String> {
         crate::accounts::set_admin_password_with_events(&store, &password, now, &events).map_err(|e| e.to_string())?;
+        // The admin exists now: the first-run setup code is void.
+        let _ = std::fs::remove_file(store.path().with_file_name(crate::app::SETUP_CODE_FILE));
         store.delete_user_sessions(user, None).map_err(|e| e.to_string())
     })
     .await;
