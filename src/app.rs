@@ -60,6 +60,9 @@ pub enum AppError {
     /// A certificate or key file cannot be used (exit code 2).
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
+    /// Another server holds the data directory (exit code 2).
+    #[error(transparent)]
+    Locked(#[from] crate::control::LockError),
     #[error("{0}")]
     Other(String),
 }
@@ -81,6 +84,14 @@ pub struct Application {
     metrics_auth: crate::config::MetricsAuth,
     /// Reads the config file again: SIGHUP, `POST /api/admin/reload`.
     reloader: Arc<crate::service::reload::Reloader>,
+    /// `<data_dir>/control.sock`, the `admin` commands' way in (none when
+    /// it could not be made: the server runs without it).
+    control: Option<crate::control::server::ControlSocket>,
+    /// The data key's file, for `rotate-key` through the control socket.
+    key_path: std::path::PathBuf,
+    /// `<data_dir>/pollster.pid`, held until the process stops (declared
+    /// last: released after everything else is gone).
+    _lock: crate::control::DataDirLock,
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
@@ -151,6 +162,21 @@ impl Application {
         for w in &config.warnings {
             tracing::warn!("{w}");
         }
+        // One server per data directory, refused before anything is opened
+        // or bound.
+        let lock = crate::control::DataDirLock::acquire(&config.server.data_dir)?;
+        // With the lock held, a socket file left behind is stale.
+        let control = match crate::control::server::ControlSocket::bind(&config.server.data_dir) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(
+                    path = %config.server.data_dir.join(crate::control::protocol::SOCKET_FILE).display(),
+                    error = %e,
+                    "cannot make the control socket: `pollster admin` commands cannot reach this server"
+                );
+                None
+            }
+        };
         // The data key first: a missing or wrong one is refused before the
         // database is written to.
         let data_dir = config.server.data_dir.clone();
@@ -298,12 +324,15 @@ impl Application {
                 ui_tls: tls.api.is_some(),
                 metrics_tls: tls.metrics.is_some(),
                 metrics_auth: config.server.metrics_auth == crate::config::MetricsAuth::Token,
-                key_file: Some(key_path),
+                key_file: Some(key_path.clone()),
                 trusted_proxies: config.server.trusted_proxies.clone(),
             },
             tls,
             metrics_auth: config.server.metrics_auth,
             reloader,
+            control,
+            key_path,
+            _lock: lock,
         })
     }
 
@@ -372,6 +401,14 @@ impl Application {
         let watcher = tokio::spawn(crate::tls::watch(self.tls.clone(), crate::tls::WATCH_INTERVAL));
         // The context moves into the task, so no handle on the store outlives
         // the stop below.
+        let control = self.control.map(|socket| {
+            let handlers = crate::control::server::Handlers {
+                reloader: self.reloader.clone(),
+                key_file: self.key_path.clone(),
+            };
+            let path = socket.path().to_path_buf();
+            (tokio::spawn(socket.serve(cx.clone(), handlers)), path)
+        });
         let hangup = tokio::spawn(reload_on_hangup(self.reloader.clone(), cx));
         let state_store = state.store.clone();
         let pruner = tokio::spawn(web::session_store::prune_loop(
@@ -428,6 +465,12 @@ impl Application {
         ));
         shutdown.await;
         tracing::info!("shutting down");
+        // No admin command starts from here on; one in progress is cut off.
+        if let Some((task, path)) = control {
+            task.abort();
+            let _ = task.await;
+            crate::control::server::remove(&path);
+        }
         failures.abort();
         let _ = failures.await;
         // The failure counts still open: written, and given to the sink

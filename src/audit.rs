@@ -3,8 +3,8 @@
 //! The web layer runs each request inside [`with_source`] with the client's
 //! address (the socket peer, or the address a trusted proxy forwarded); a
 //! change event staged while it runs ([`crate::sink::Sink::stage`]) records
-//! it. Changes made elsewhere (the CLI on a stopped server, the engine)
-//! have no source.
+//! it. Changes made elsewhere (the CLI, on a stopped server or through the
+//! control socket, and the engine) have no source.
 
 use std::future::Future;
 

@@ -6,16 +6,20 @@ mod secrets;
 mod self_signed;
 mod values;
 
+pub(crate) use secrets::rotate_in_place;
 pub use self_signed::SelfSignedArgs;
 pub use values::{ValuesArgs, ValuesOutput, render, values};
 
 use crate::config::{self, Config, ConfigError, LogFormat};
+use crate::control::client::{Connection, connect};
+use crate::control::protocol::{Reply, Request};
+use crate::control::text::{self, Output};
 use crate::core::catalog::Catalog;
 use crate::core::plan;
 use crate::engine::settings::SettingsLayers;
 use crate::model::{MonitoringSettings, Profile, SchedulerMode, human_secs};
 use crate::model::{TaskKey, Timestamp};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, TokenInfo};
 use crate::web::pool_view::PoolView;
 use clap::{Args, Parser, Subcommand};
 use std::collections::BTreeMap;
@@ -69,7 +73,9 @@ pub enum Command {
     /// Run one group's value rules on a saved body, offline, and print the
     /// samples in the Prometheus text format (skipped samples on stderr).
     Values(ValuesArgs),
-    /// Administer a stopped server's data directory.
+    /// Administer a data directory: through the running server's control
+    /// socket (`<data_dir>/control.sock`) when it runs, on the database
+    /// itself when it does not.
     Admin {
         #[command(subcommand)]
         command: AdminCommand,
@@ -146,6 +152,25 @@ pub enum AdminCommand {
         #[arg(long, value_enum, default_value_t = ScopeArg::Admin)]
         scope: ScopeArg,
     },
+    /// Revoke an API token: it stops working at once.
+    RevokeToken {
+        #[command(flatten)]
+        dir: DataDirArgs,
+        /// The token's id (as `list-tokens` shows it).
+        id: String,
+    },
+    /// List the API tokens: id, scope, creation time and name (never the
+    /// token itself).
+    ListTokens {
+        #[command(flatten)]
+        dir: DataDirArgs,
+    },
+    /// Make the running server read its config file and the environment
+    /// again (as SIGHUP and `POST /api/admin/reload` do).
+    Reload {
+        #[command(flatten)]
+        dir: DataDirArgs,
+    },
     /// Set the admin password, read from standard input.
     SetPassword {
         #[command(flatten)]
@@ -165,8 +190,8 @@ pub enum AdminCommand {
         #[command(flatten)]
         dir: DataDirArgs,
     },
-    /// Write an encrypted backup (an age file) of the database. With the
-    /// server running, use `POST /api/admin/backup` instead.
+    /// Write an encrypted backup (an age file) of the database; a running
+    /// server takes it and hands it over its control socket.
     Backup {
         #[command(flatten)]
         dir: DataDirArgs,
@@ -445,45 +470,141 @@ fn read_password() -> Result<String, Failure> {
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }
 
+/// The data directory `--data-dir` or the config file names.
+fn data_dir_of(dir: &DataDirArgs) -> Result<PathBuf, Failure> {
+    match &dir.data_dir {
+        Some(d) => Ok(d.clone()),
+        None => Ok(load_config(dir.config.as_deref())?.server.data_dir),
+    }
+}
+
+/// The running server's control socket, when a server runs on the data
+/// directory.
+fn running_server(dir: &DataDirArgs) -> Result<Option<Connection>, Failure> {
+    let data_dir = data_dir_of(dir)?;
+    connect(&data_dir).map_err(|e| fail(e.to_string()))
+}
+
+/// Sends `request` to the running server and prints its notes; its output
+/// is returned for the caller to print (a failure is the server's).
+fn remote(conn: &mut Connection, request: &Request) -> Result<Reply, Failure> {
+    let reply = conn.send(request).map_err(|e| fail(e.to_string()))?;
+    eprint!("{}", reply.stderr);
+    match reply.error {
+        Some(e) => Err(Failure {
+            code: e.code,
+            message: e.message,
+        }),
+        None => Ok(reply),
+    }
+}
+
+fn print(out: &mut dyn Write, output: Output) -> Result<(), Failure> {
+    eprint!("{}", output.stderr);
+    out.write_all(output.stdout.as_bytes()).map_err(|e| fail(e.to_string()))
+}
+
 /// Run an admin command; `now` is the time its records and audit rows
-/// carry (read once, by the caller).
+/// carry (read once, by the caller). `create-token`, `revoke-token`,
+/// `list-tokens`, `set-password`, `rotate-key`, `backup` and `reload` go
+/// through the control socket of a server running on the data directory
+/// (the audit trail names the caller `cli:<uid>`); without one, they open
+/// the database (the actor is `cli`), and `reload` has nothing to do.
 pub fn admin(cmd: AdminCommand, now: Timestamp, out: &mut dyn Write) -> Result<(), Failure> {
     let w = |out: &mut dyn Write, s: String| out.write_all(s.as_bytes()).map_err(|e| fail(e.to_string()));
     match cmd {
         AdminCommand::CreateToken { dir, name, scope } => {
-            if name.trim().is_empty() || name.len() > 64 {
-                return Err(Failure {
+            let name = text::token_name(&name)
+                .map_err(|message| Failure {
                     code: EXIT_CONFIG,
-                    message: "--name must be 1-64 characters".into(),
-                });
+                    message,
+                })?
+                .to_string();
+            if let Some(mut conn) = running_server(&dir)? {
+                let scope = scope.into();
+                let reply = remote(&mut conn, &Request::CreateToken { name, scope })?;
+                return w(out, reply.stdout);
             }
             let store = open_store(&dir)?;
-            let (token, info) = store.create_token(name.trim(), scope.into(), now)?;
-            w(out, format!("{token}\n"))?;
-            eprintln!(
-                "created {} API token {} ({}); it is shown only once",
-                info.scope.as_str(),
-                info.id,
-                info.name
-            );
+            let (token, info) = store.create_token_with_events(&name, scope.into(), now, |info: &TokenInfo| {
+                vec![secrets::cli_row(
+                    "token.create",
+                    &format!("{}({})", info.name, info.id),
+                    now,
+                )]
+            })?;
+            print(out, text::token_created(&token, &info))?;
+        }
+        AdminCommand::RevokeToken { dir, id } => {
+            if let Some(mut conn) = running_server(&dir)? {
+                let reply = remote(&mut conn, &Request::RevokeToken { id })?;
+                return w(out, reply.stdout);
+            }
+            let store = open_store(&dir)?;
+            if !store.revoke_token_with_events(&id, &[secrets::cli_row("token.revoke", &id, now)])? {
+                return Err(fail(text::no_such_token(&id)));
+            }
+            print(out, text::token_revoked(&id))?;
+        }
+        AdminCommand::ListTokens { dir } => {
+            if let Some(mut conn) = running_server(&dir)? {
+                let reply = remote(&mut conn, &Request::ListTokens)?;
+                return w(out, reply.stdout);
+            }
+            let store = open_store(&dir)?;
+            print(out, text::token_list(&store.list_tokens()?))?;
+        }
+        AdminCommand::Reload { dir } => {
+            let Some(mut conn) = running_server(&dir)? else {
+                return Err(fail(text::nothing_to_reload(&data_dir_of(&dir)?)));
+            };
+            let reply = remote(&mut conn, &Request::Reload)?;
+            w(out, reply.stdout)?;
         }
         AdminCommand::SetPassword { dir } => {
-            let store = open_store(&dir)?;
+            // Read before connecting: the server waits for a request only
+            // briefly.
             let pw = read_password()?;
-            crate::accounts::set_admin_password(&store, &pw, now).map_err(|e| Failure {
+            if let Some(mut conn) = running_server(&dir)? {
+                let reply = remote(&mut conn, &Request::SetPassword { password: pw })?;
+                return w(out, reply.stdout);
+            }
+            let store = open_store(&dir)?;
+            let row = secrets::cli_row("password.change", crate::accounts::ADMIN, now);
+            crate::accounts::set_admin_password_with_events(&store, &pw, now, &[row]).map_err(|e| Failure {
                 code: EXIT_CONFIG,
                 message: e.to_string(),
             })?;
-            w(out, "admin password set\n".into())?;
+            // As a change on the Security page: every session ends.
+            store.delete_user_sessions(crate::accounts::ADMIN, None)?;
+            print(out, text::password_set())?;
         }
         AdminCommand::SelfSigned(args) => self_signed::run(args, out)?,
         AdminCommand::Dlq { command } => dlq(command, now, out)?,
-        AdminCommand::RotateKey { dir } => w(out, secrets::rotate_key(&dir, now)?)?,
+        AdminCommand::RotateKey { dir } => {
+            if let Some(mut conn) = running_server(&dir)? {
+                let reply = remote(&mut conn, &Request::RotateKey)?;
+                return w(out, reply.stdout);
+            }
+            w(out, secrets::rotate_key(&dir, now)?)?
+        }
         AdminCommand::Backup {
             dir,
             passphrase_file,
             out: file,
-        } => w(out, secrets::backup(&dir, &passphrase_file, &file, now)?)?,
+        } => {
+            let passphrase = secrets::read_passphrase(&passphrase_file)?;
+            if let Some(mut conn) = running_server(&dir)? {
+                let target = file.display().to_string();
+                let reply = remote(&mut conn, &Request::Backup { passphrase, target })?;
+                let Some(len) = reply.attachment else {
+                    return Err(fail("the server sent no backup"));
+                };
+                secrets::write_out(&file, |w| conn.attachment(len, w).map_err(|e| e.to_string()))?;
+                return print(out, text::backup_written(&file));
+            }
+            w(out, secrets::backup(&dir, &passphrase, &file, now)?)?
+        }
         AdminCommand::Restore {
             dir,
             file,

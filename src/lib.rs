@@ -7,6 +7,7 @@ pub mod app;
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod core;
 pub mod demo;
 pub mod engine;

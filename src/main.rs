@@ -120,7 +120,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 fn app_failure(e: pollster::app::AppError) -> Failure {
     let code = match e {
-        pollster::app::AppError::OverBudget(_) | pollster::app::AppError::Tls(_) => EXIT_CONFIG,
+        pollster::app::AppError::OverBudget(_)
+        | pollster::app::AppError::Tls(_)
+        | pollster::app::AppError::Locked(pollster::control::LockError::Held { .. }) => EXIT_CONFIG,
         pollster::app::AppError::Key(pollster::secrets::KeyError::Store(_)) => EXIT_FAILURE,
         pollster::app::AppError::Key(_) => EXIT_CONFIG,
         _ => EXIT_FAILURE,

@@ -1,7 +1,8 @@
 //! `pollster admin rotate-key`, `backup` and `restore`: the data key and the
-//! encrypted backup, on a stopped server's data directory. Each is recorded
-//! in the audit trail of the database it works on, with the actor `cli`
-//! (a restore in the restored database, with the restore itself).
+//! encrypted backup, on a stopped server's data directory (a running
+//! server does the first two itself, through the control socket). Each is
+//! recorded in the audit trail of the database it works on, with the actor
+//! `cli` (a restore in the restored database, with the restore itself).
 
 use std::path::{Path, PathBuf};
 
@@ -21,7 +22,7 @@ const RESTORE_SPARE_BYTES: u64 = 16 << 20;
 /// The audit row of a CLI action: no source address (there is no request).
 /// It is for the sink too: the server delivers it when it starts with one,
 /// and clears it with the rest of the outbox when it starts without.
-fn cli_row(action: &str, target: &str, now: Timestamp) -> OutboxEvent {
+pub(super) fn cli_row(action: &str, target: &str, now: Timestamp) -> OutboxEvent {
     let event = Event::operator(now, CLI_ACTOR, action, target);
     let mut row = event.to_outbox(&mut crate::model::random::os());
     row.audit = Some(AuditStamp {
@@ -94,7 +95,7 @@ fn open_sealed(dir: &DataDirArgs) -> Result<(Store, KeyFile), Failure> {
 }
 
 /// A passphrase file's first line.
-fn read_passphrase(path: &Path) -> Result<String, Failure> {
+pub(crate) fn read_passphrase(path: &Path) -> Result<String, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| config_failure(format!("cannot read the passphrase file {}: {e}", path.display())))?;
     let pass = text
@@ -131,71 +132,97 @@ fn sync_parent(path: &Path) {
 /// `secret.key.old`.
 pub fn rotate_key(dir: &DataDirArgs, now: Timestamp) -> Result<String, Failure> {
     let (store, file) = open_sealed(dir)?;
-    let old_text = std::fs::read(&file.path).map_err(|e| fail(format!("{}: {e}", file.path.display())))?;
+    let row = cli_row("key.rotate", &file.path.display().to_string(), now);
+    let (n, old_path) = rotate_in_place(&store, &file.path, &[row])?;
+    drop(store);
+    // The old ciphertext lingers in the pages the re-seal freed.
+    let (data_dir, _) = locate(dir)?;
+    if let Err(e) = crate::store::scrub_file(&data_dir) {
+        eprintln!("warning: could not rewrite the database without its freed pages: {e}");
+    }
+    Ok(crate::control::text::key_rotated(n, &file.path, &old_path))
+}
+
+/// The rotation itself, on an open store (the CLI's, or the running
+/// server's through the control socket, whose store seals with the new key
+/// from the commit on): the new key written beside the old one, the
+/// re-seal with `events` in one transaction, then the rename. Returns the
+/// records re-sealed and where the old key is kept.
+pub(crate) fn rotate_in_place(
+    store: &Store,
+    key_path: &Path,
+    events: &[OutboxEvent],
+) -> Result<(usize, PathBuf), Failure> {
+    // One rotation at a time in this process: they share the work files.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let old_text = std::fs::read(key_path).map_err(|e| fail(format!("{}: {e}", key_path.display())))?;
     let new = DataKey::generate().map_err(fail)?;
-    let new_path = with_suffix(&file.path, ".new");
-    let old_path = with_suffix(&file.path, ".old");
+    let new_path = with_suffix(key_path, ".new");
+    let old_path = with_suffix(key_path, ".old");
     let write = |path: &Path, bytes: &[u8]| {
         write_private(path, bytes)
             .map_err(|e| fail(format!("cannot write {}: {e}; nothing was changed", path.display())))
     };
     write(&new_path, new.to_file_text().as_bytes())?;
     write(&old_path, &old_text)?;
-    let row = cli_row("key.rotate", &file.path.display().to_string(), now);
-    let n = match store.reseal_with_events(&new, &[row]) {
+    let n = match store.reseal_with_events(&new, events) {
         Ok(n) => n,
         Err(e) => {
             let _ = std::fs::remove_file(&new_path);
             return Err(e.into());
         }
     };
-    drop(store);
-    std::fs::rename(&new_path, &file.path).map_err(|e| {
+    std::fs::rename(&new_path, key_path).map_err(|e| {
         fail(format!(
             "the database is sealed under the new key, but {} could not be renamed to {}: {e}; rename it by hand",
             new_path.display(),
-            file.path.display()
+            key_path.display()
         ))
     })?;
-    sync_parent(&file.path);
-    // The old ciphertext lingers in the pages the re-seal freed.
-    let (data_dir, _) = locate(dir)?;
-    if let Err(e) = crate::store::scrub_file(&data_dir) {
-        eprintln!("warning: could not rewrite the database without its freed pages: {e}");
-    }
-    Ok(format!(
-        "re-sealed {n} record(s) under a new key in {}; the old key is kept in {}\n",
-        file.path.display(),
-        old_path.display()
-    ))
+    sync_parent(key_path);
+    Ok((n, old_path))
 }
 
-/// Writes an encrypted backup of a stopped server's database to `out`. The
-/// copy goes through a work file in the data directory, not memory.
-pub fn backup(dir: &DataDirArgs, passphrase_file: &Path, out: &Path, now: Timestamp) -> Result<String, Failure> {
-    let pass = read_passphrase(passphrase_file)?;
-    let (store, _) = open_sealed(dir)?;
-    let work = WorkFile(with_suffix(store.path(), &format!(".backup-{}", std::process::id())));
-    store.backup_to(&work.0)?;
+/// Writes `out` through `out.partial` (0600), renamed over `out` once
+/// `fill` has written all of it and it is on disk; nothing is left of a
+/// failed write.
+pub(crate) fn write_out(
+    out: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<(), String>,
+) -> Result<(), Failure> {
     let partial = with_suffix(out, ".partial");
-    let written = std::fs::File::open(&work.0)
-        .and_then(|plain| create_private(&partial).map(|f| (plain, f)))
+    let written = create_private(&partial)
         .map_err(|e| e.to_string())
-        .and_then(|(plain, f)| {
+        .and_then(|f| {
             let mut w = std::io::BufWriter::new(f);
-            backup::encrypt_to(std::io::BufReader::new(plain), &mut w, &pass).map_err(|e| e.to_string())?;
+            fill(&mut w)?;
             let f = w.into_inner().map_err(|e| e.to_string())?;
             f.sync_all().map_err(|e| e.to_string())
         })
         .and_then(|()| std::fs::rename(&partial, out).map_err(|e| e.to_string()));
-    drop(work);
     if let Err(e) = written {
         let _ = std::fs::remove_file(&partial);
         return Err(fail(format!("cannot write {}: {e}", out.display())));
     }
     sync_parent(out);
+    Ok(())
+}
+
+/// Writes an encrypted backup of a stopped server's database to `out`. The
+/// copy goes through a work file in the data directory, not memory.
+pub fn backup(dir: &DataDirArgs, pass: &str, out: &Path, now: Timestamp) -> Result<String, Failure> {
+    let (store, _) = open_sealed(dir)?;
+    let work = WorkFile(with_suffix(store.path(), &format!(".backup-{}", std::process::id())));
+    store.backup_to(&work.0)?;
+    let plain = std::fs::File::open(&work.0).map_err(|e| fail(format!("{}: {e}", work.0.display())))?;
+    let written = write_out(out, |w| {
+        backup::encrypt_to(std::io::BufReader::new(plain), w, pass).map_err(|e| e.to_string())
+    });
+    drop(work);
+    written?;
     store.append_outbox(&[cli_row("backup.create", &out.display().to_string(), now)])?;
-    Ok(format!("wrote an encrypted backup to {}\n", out.display()))
+    Ok(crate::control::text::backup_written(out).stdout)
 }
 
 /// Replaces a stopped server's database with the backup in `file`, after

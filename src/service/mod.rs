@@ -4,6 +4,7 @@
 //! puts it in force, and refuses in the domain's words ([`ServiceError`]);
 //! the web layer maps those to HTTP in one place and renders them.
 
+pub mod backup;
 pub mod budgets;
 pub mod dead_letters;
 pub mod error;

@@ -38,3 +38,8 @@ pub async fn revoke(cx: &Context, id: &str, actor: &str) -> Result<bool, Service
     }
     Ok(revoked)
 }
+
+/// Every token, as stored (never its plaintext), oldest first.
+pub async fn list(cx: &Context) -> Result<Vec<TokenInfo>, ServiceError> {
+    with_store(cx, |s| s.list_tokens()).await
+}

@@ -49,10 +49,10 @@ impl Store {
     /// `path` (mode 0600), credentials in plaintext and without sessions:
     /// only ever handed out encrypted. The caller removes the file.
     pub fn backup_to(&self, path: &Path) -> Result<(), StoreError> {
-        let snapshot = self.read_txn()?;
+        let (snapshot, key) = self.read_txn_with_key()?;
         let _ = fs::remove_file(path);
         let copy = create_database_with(path, WORK_CACHE_BYTES, false)?;
-        copy_for_backup(&snapshot, &copy, self.data_key())?;
+        copy_for_backup(&snapshot, &copy, key.as_deref())?;
         copy.close().ctx("closing the backup")
     }
 

@@ -249,7 +249,12 @@ pub struct Store {
     outbox_listener: Arc<RwLock<Option<OutboxListener>>>,
     /// Seals and opens the stored credentials (`crate::secrets`). Without
     /// it, records holding credentials can be neither read nor written.
-    key: Option<Arc<DataKey>>,
+    /// Shared by the clones and replaced by a re-seal
+    /// ([`Store::reseal_with_events`]), which holds it for writing from
+    /// before its commit until the new key is in: a transaction begun with
+    /// the lock held (see [`Store::read_txn_with_key`]) sees data and key
+    /// of one generation.
+    key: Arc<RwLock<Option<Arc<DataKey>>>>,
 }
 
 impl Store {
@@ -304,7 +309,7 @@ impl Store {
             db: Arc::new(db),
             path: Arc::from(path),
             outbox_listener: Arc::default(),
-            key,
+            key: Arc::new(RwLock::new(key)),
         })
     }
 
@@ -313,13 +318,22 @@ impl Store {
         &self.path
     }
 
-    /// The data key, when the store was opened with one.
-    pub(crate) fn data_key(&self) -> Option<&DataKey> {
-        self.key.as_deref()
+    /// The data key, when the store was opened with one. A write
+    /// transaction reads it after it has begun (so after any re-seal has
+    /// put its key in); a reader uses [`Store::read_txn_with_key`].
+    pub(crate) fn data_key(&self) -> Option<Arc<DataKey>> {
+        self.key.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn read_txn(&self) -> Result<ReadTransaction, StoreError> {
         self.db.begin_read().ctx("starting a read transaction")
+    }
+
+    /// A read transaction and the key its sealed values are under.
+    fn read_txn_with_key(&self) -> Result<(ReadTransaction, Option<Arc<DataKey>>), StoreError> {
+        let key = self.key.read().unwrap_or_else(|e| e.into_inner());
+        let txn = self.read_txn()?;
+        Ok((txn, key.clone()))
     }
 
     fn write_txn(&self) -> Result<WriteTransaction, StoreError> {

@@ -80,22 +80,22 @@ impl Store {
     /// decoded fails the whole call with [`StoreError::Corrupt`] naming it;
     /// [`Store::delete_instance`] still removes such a record.
     pub fn list_instances(&self) -> Result<Vec<InstanceConfig>, StoreError> {
-        let txn = self.read_txn()?;
+        let (txn, key) = self.read_txn_with_key()?;
         let table = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
         let mut out = Vec::new();
         for entry in table.iter().ctx("reading table instances")? {
             let (k, v) = entry.ctx("reading table instances")?;
-            out.push(decode_instance_with(k.value(), v.value(), self.data_key())?);
+            out.push(decode_instance_with(k.value(), v.value(), key.as_deref())?);
         }
         Ok(out)
     }
 
     pub fn get_instance(&self, name: &str) -> Result<Option<InstanceConfig>, StoreError> {
-        let txn = self.read_txn()?;
+        let (txn, key) = self.read_txn_with_key()?;
         let table = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
         let guard = table.get(name.as_bytes()).ctx("reading an instance")?;
         guard
-            .map(|v| decode_instance_with(name.as_bytes(), v.value(), self.data_key()))
+            .map(|v| decode_instance_with(name.as_bytes(), v.value(), key.as_deref()))
             .transpose()
     }
 
@@ -107,8 +107,10 @@ impl Store {
     /// [`Store::put_instance`] and `events`, in one transaction.
     pub fn put_instance_with_events(&self, inst: &InstanceConfig, events: &[OutboxEvent]) -> Result<(), StoreError> {
         tables::check_instance_name(&inst.name)?;
-        let v = encode_instance(inst, self.data_key())?;
         let txn = self.write_txn()?;
+        // Sealed after the transaction has begun: under the key a re-seal
+        // that committed before it put in.
+        let v = encode_instance(inst, self.data_key().as_deref())?;
         {
             let mut table = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
             table
@@ -149,13 +151,13 @@ impl Store {
 
     /// A saved settings document (the partial patch an operator saved).
     pub fn get_settings(&self, name: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        let txn = self.read_txn()?;
+        let (txn, key) = self.read_txn_with_key()?;
         let table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
         let guard = table.get(name.as_bytes()).ctx("reading settings")?;
         guard
             .map(|v| {
                 if name == SINK_SETTINGS {
-                    decode_sink(v.value(), self.data_key())
+                    decode_sink(v.value(), key.as_deref())
                 } else {
                     codec::decode_stored(SETTINGS.name, name.as_bytes(), v.value()).map(|s: StoredSettings| s.0)
                 }
@@ -175,12 +177,12 @@ impl Store {
         doc: &serde_json::Value,
         events: &[OutboxEvent],
     ) -> Result<(), StoreError> {
+        let txn = self.write_txn()?;
         let v = if name == SINK_SETTINGS {
-            encode_sink(doc, self.data_key())?
+            encode_sink(doc, self.data_key().as_deref())?
         } else {
             codec::encode_stored(&StoredSettingsRef(doc))?
         };
-        let txn = self.write_txn()?;
         {
             let mut table = txn.open_table(SETTINGS.def).ctx("opening table settings")?;
             table.insert(name.as_bytes(), v.as_slice()).ctx("writing settings")?;

@@ -8,6 +8,7 @@
 //! `stored::StoredSink`).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use redb::{Builder, Database, DatabaseError, ReadableDatabase, ReadableTable, TableError, WriteTransaction};
 
@@ -207,8 +208,8 @@ pub fn scrub_file(data_dir: &Path) -> Result<(), StoreError> {
 impl Store {
     /// Re-seals every credential under `new` in one transaction (the
     /// store must be open with the current key). Returns the number of
-    /// records rewritten. The store keeps the old key: reopen it with the
-    /// new one.
+    /// records rewritten. From the commit on, this store and its clones
+    /// seal and open with `new`: a running server goes on without a restart.
     pub fn reseal(&self, new: &DataKey) -> Result<usize, StoreError> {
         self.reseal_with_events(new, &[])
     }
@@ -217,9 +218,15 @@ impl Store {
     /// written in the same transaction.
     pub fn reseal_with_events(&self, new: &DataKey, events: &[super::OutboxEvent]) -> Result<usize, StoreError> {
         let txn = self.write_txn()?;
-        let n = rewrite(&txn, self.data_key(), new, Pass::Reseal)?;
+        let old = self.data_key();
+        let n = rewrite(&txn, old.as_deref(), new, Pass::Reseal)?;
         super::events::append(&txn, events)?;
+        // Held across the commit: no transaction begins between the commit
+        // and the new key (a writer reads the key once its own transaction
+        // has begun, a reader begins its transaction with the lock held).
+        let mut key = self.key.write().unwrap_or_else(|e| e.into_inner());
         self.commit_with_outbox(txn, events.len(), "committing the re-sealed credentials")?;
+        *key = Some(Arc::new(new.clone()));
         Ok(n)
     }
 }

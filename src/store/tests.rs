@@ -649,6 +649,24 @@ fn reseal_moves_every_credential_to_the_new_key_in_one_transaction() {
     assert_eq!(store.list_instances().expect("list"), vec![instance("a")]);
 }
 
+#[test]
+fn after_a_reseal_the_open_store_and_its_clones_use_the_new_key() {
+    let (dir, store) = temp_store();
+    let clone = store.clone();
+    store.put_instance(&instance("a")).expect("a");
+    let new = crate::secrets::DataKey::from_bytes([6; crate::secrets::KEY_LEN]);
+    assert_eq!(store.reseal(&new).expect("reseal"), 1);
+    // Read and written with the new key, without reopening.
+    assert_eq!(clone.list_instances().expect("list"), vec![instance("a")]);
+    clone.put_instance(&instance("b")).expect("b");
+    assert!(store.backup_bytes().is_ok(), "a backup opens every credential");
+    drop((store, clone));
+    assert_eq!(
+        super::key_census(dir.path(), Some(&new)).expect("census"),
+        super::KeyCensus { sealed: 2, unopened: 0 }
+    );
+}
+
 // ---------------------------------------------------------------- tokens at rest
 
 #[test]

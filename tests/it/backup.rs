@@ -433,13 +433,17 @@ fn a_large_backup_restores_in_flat_memory_and_every_cli_action_is_audited() {
     assert!(size_mib >= 4 * DOCS as u64 - 2, "{size_mib} MiB");
     let audit = audit_of(&data);
     let actions: Vec<(&str, &str)> = audit.iter().map(|(a, who, _, _)| (a.as_str(), who.as_str())).collect();
-    assert_eq!(actions, [("key.rotate", "cli"), ("backup.create", "cli")], "{audit:?}");
+    assert_eq!(
+        actions,
+        [("token.create", "cli"), ("key.rotate", "cli"), ("backup.create", "cli")],
+        "{audit:?}"
+    );
     assert!(
-        audit[0].2.ends_with("secret.key"),
+        audit[1].2.ends_with("secret.key"),
         "the target is the key file: {audit:?}"
     );
-    assert_eq!(audit[1].2, f, "the target is the backup written");
-    assert_eq!(audit[1].3, None, "no source address from the CLI");
+    assert_eq!(audit[2].2, f, "the target is the backup written");
+    assert_eq!(audit[2].3, None, "no source address from the CLI");
 
     // Restored into a new data directory: under flat memory, and the
     // restored database records the restore after what the backup held.
@@ -480,13 +484,18 @@ fn a_large_backup_restores_in_flat_memory_and_every_cli_action_is_audited() {
         .iter()
         .map(|(a, who, _, _)| (a.as_str(), who.as_str()))
         .collect();
-    // The backup holds the rotation's row; the restore's comes after it.
+    // The backup holds the token's and the rotation's rows; the restore's
+    // comes after them.
     assert_eq!(
         actions,
-        [("key.rotate", "cli"), ("backup.restore", "cli")],
+        [
+            ("token.create", "cli"),
+            ("key.rotate", "cli"),
+            ("backup.restore", "cli")
+        ],
         "{restored:?}"
     );
-    assert_eq!(restored[1].2, f);
+    assert_eq!(restored[2].2, f);
     let left: Vec<_> = std::fs::read_dir(&fresh)
         .expect("ls")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

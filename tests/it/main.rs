@@ -18,6 +18,7 @@ mod api;
 mod backup;
 mod browser;
 mod budget;
+mod control;
 mod crash;
 mod engine;
 mod hostile;

@@ -472,8 +472,8 @@ async fn state_survives_sigkill_and_overdue_tasks_are_spread() {
         ),
     );
     let (code, _, err) = run(&["serve", "--config", &second_cfg.to_string_lossy()]);
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains("running Pollster server"), "{err}");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("in use by another pollster process"), "{err}");
     drop(server);
     fleet.stop().await;
 }

@@ -12,7 +12,6 @@
 
 use crate::model::{FieldError, HIDDEN};
 use crate::secrets::backup::{self, MIN_PASSPHRASE_CHARS};
-use crate::sink::event::Event;
 use crate::web::AppState;
 use crate::web::auth::Principal;
 use crate::web::error::{ApiError, ErrorBody, FieldErrorBody, JsonBody};
@@ -38,9 +37,6 @@ pub struct BackupRequest {
     pub passphrase: String,
 }
 
-/// Backups made at once (see [`backup`]).
-static BACKUP_TURN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-
 #[utoipa::path(
     post,
     path = "/api/admin/backup",
@@ -65,36 +61,12 @@ pub async fn backup(
             format!("must be at least {MIN_PASSPHRASE_CHARS} characters long, not counting spaces at either end"),
         )));
     }
-    // One backup at a time: each holds the encrypted database in memory,
-    // a work file as large as the database and scrypt's working memory.
-    let _turn = BACKUP_TURN.acquire().await.map_err(ApiError::internal)?;
     let stamp = app.engine.now();
     let name = format!(
         "pollster-{}.redb.age",
         stamp.to_rfc3339().replace([':', '-'], "").trim_end_matches('Z')
     );
-    let pass = req.passphrase;
-    let file = app
-        .with_store(move |store| -> Result<Vec<u8>, ApiError> {
-            let work = crate::secrets::with_suffix(store.path(), ".backup");
-            let result = store.backup_to(&work).map_err(ApiError::from).and_then(|()| {
-                let plain = std::fs::File::open(&work).map_err(ApiError::internal)?;
-                let mut out = Vec::new();
-                backup::encrypt_to(std::io::BufReader::new(plain), &mut out, &pass).map_err(ApiError::internal)?;
-                Ok(out)
-            });
-            let _ = std::fs::remove_file(&work);
-            result
-        })
-        .await?;
-    // Handed out only once it is in the audit trail.
-    let actor = who.actor();
-    let event = Event::operator(app.engine.now(), &actor, "backup.create", &name);
-    if let Some(row) = app.sink.stage(&event) {
-        app.with_store(move |s| s.append_outbox(&[row])).await?;
-    }
-    let client = crate::audit::current_source().unwrap_or_default();
-    tracing::info!(actor = %actor, client = %client, file = %name, bytes = file.len(), "database backup taken");
+    let file = crate::service::backup::take(&app.ctx(), req.passphrase, &who.actor(), &name).await?;
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),

@@ -34,7 +34,8 @@ pub struct AuditView {
     pub seq: u64,
     /// RFC 3339, UTC.
     pub time: String,
-    /// Who: `user:NAME`, `token:NAME(ID)` or `cli`.
+    /// Who: `user:NAME`, `token:NAME(ID)`, `cli` (on a stopped server) or
+    /// `cli:UID` (through the running server's control socket).
     pub actor: String,
     /// What: `login`, `login.failed`, `token.create`, `token.revoke`,
     /// `password.change`, `account.create` (the first admin, through
