@@ -162,4 +162,17 @@ mod tests {
         assert!(!store.delete_maintenance_with_events("a", &[]).expect("again"));
         assert_eq!(store.load_maintenance().expect("load").0, vec![weekly_window()]);
     }
+
+    #[test]
+    fn a_backup_holds_the_windows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        store.put_maintenance_with_events(&weekly_window(), &[]).expect("put");
+        let out = tempfile::tempdir().expect("tempdir");
+        store
+            .backup_to(&out.path().join(super::super::FILE_NAME))
+            .expect("backup");
+        let copy = Store::open(out.path()).expect("open the backup");
+        assert_eq!(copy.load_maintenance().expect("load").0, vec![weekly_window()]);
+    }
 }
