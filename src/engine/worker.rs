@@ -17,7 +17,13 @@ fn deadline_error(timeout: Duration) -> PollError {
 pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     let key = d.key.clone();
     if let Some((from, to)) = d.breaker {
-        tracing::info!(instance = %key.instance, group = %key.group, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
+        let now = shared.now();
+        let maintenance = shared
+            .core()
+            .scheduler
+            .in_maintenance(&key.instance, &d.meta, now)
+            .then_some(true);
+        tracing::info!(instance = %key.instance, group = %key.group, maintenance, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
     }
     let catalog = shared.catalog();
     let mut outcome = poll(&shared, &catalog, &key).await;
