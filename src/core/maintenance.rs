@@ -299,6 +299,11 @@ pub struct MaintenanceWindow {
     pub created: Timestamp,
     /// Who made it (a user, a token's name).
     pub created_by: String,
+    /// When the window is open and its opening was recorded
+    /// (`maintenance.start` written): the start of that stretch. Kept with
+    /// the window, so a restart neither records an opening twice nor
+    /// forgets a closing that came while the server was down.
+    pub open_since: Option<Timestamp>,
 }
 
 /// The stretch of `schedule` that is open at `now`, or else the next one;
@@ -489,6 +494,7 @@ mod tests {
             reason: String::new(),
             created: Timestamp(0),
             created_by: "admin".into(),
+            open_since: None,
         };
         let windows = vec![
             w(

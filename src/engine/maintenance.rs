@@ -4,10 +4,12 @@
 //! it — `maintenance.start` and `maintenance.end` change events (and audit
 //! entries), a log line, and `pollster_maintenance_active{instance}`.
 //!
-//! The loop compares the windows open now with those open at its last
-//! look, so a window made already open, or ended by an operator while
-//! open, is recorded the same way as one whose time came. After a restart
-//! the windows open at start are recorded as starting again.
+//! Whether a window's opening was recorded is kept with the window
+//! (`open_since`), committed with the event: the loop records an opening
+//! once, even across restarts, and after a restart records the closing of
+//! a window that closed while the server was down. An operator ending an
+//! open window records its closing in the same transaction as the delete
+//! (`service::maintenance::end`).
 
 use super::*;
 use crate::core::catalog::Catalog;
@@ -65,34 +67,37 @@ impl Shared {
     }
 }
 
-/// What the loop saw at its last look.
-#[derive(Default)]
-struct Seen {
-    /// The windows open then, by id (kept whole: an ended window is gone
-    /// from the scheduler when its end is recorded).
-    open: BTreeMap<String, MaintenanceWindow>,
-    /// The instances with a `pollster_maintenance_active` series.
-    labelled: BTreeSet<String>,
+impl Shared {
+    /// The window `id` as recorded open since `open_since` (or closed), in
+    /// the scheduler's copy, if it is still there.
+    fn mark_maintenance(&self, id: &str, open_since: Option<Timestamp>) {
+        let mut c = self.core();
+        let mut windows = c.scheduler.maintenance().to_vec();
+        if let Some(w) = windows.iter_mut().find(|w| w.id == id) {
+            w.open_since = open_since;
+            c.scheduler.set_maintenance(windows);
+        }
+    }
+}
+
+/// One window whose opening or closing is to be recorded: what to store
+/// and the events that say so.
+struct Edge {
+    id: String,
+    open_since: Option<Timestamp>,
+    events: Vec<Event>,
 }
 
 pub(super) async fn maintenance_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let mut seen = Seen::default();
+    let mut labelled = BTreeSet::new();
     loop {
         let now = shared.now();
         let windows = shared.core().scheduler.maintenance();
         let cat = shared.catalog();
-        let events = look(&shared, &cat, &windows, now, &mut seen);
-        if !events.is_empty() {
-            let rows: Vec<OutboxEvent> = events.iter().filter_map(|e| shared.sink.stage(e)).collect();
-            if !rows.is_empty() {
-                let store = shared.store.clone();
-                match tokio::task::spawn_blocking(move || store.append_outbox(&rows)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot record a maintenance window's edge"),
-                    Err(e) => tracing::warn!(error = %e, "cannot record a maintenance window's edge"),
-                }
-            }
+        for edge in edges(&cat, &windows, now) {
+            record(&shared, edge).await;
         }
+        set_gauge(&shared, &cat, &windows, now, &mut labelled);
         let sleep = match maintenance::next_change(&windows, now) {
             Some(at) => at.since(now).clamp(Duration::from_millis(1), REFRESH),
             None => REFRESH,
@@ -105,64 +110,95 @@ pub(super) async fn maintenance_loop(shared: Arc<Shared>, mut stop: watch::Recei
     }
 }
 
-/// One look at the windows: the edges passed since the last one as
-/// events (and log lines), and the gauge set.
-fn look(shared: &Shared, cat: &Catalog, windows: &[MaintenanceWindow], now: Timestamp, seen: &mut Seen) -> Vec<Event> {
-    let open: BTreeMap<String, MaintenanceWindow> = windows
-        .iter()
-        .filter(|w| maintenance::is_active(&w.schedule, now))
-        .map(|w| (w.id.clone(), w.clone()))
-        .collect();
-    let mut events = Vec::new();
-    for (id, w) in &open {
-        if !seen.open.contains_key(id) {
-            let instances = instances_of(w, cat);
-            tracing::info!(
-                window = %id,
-                target = %w.target.describe(),
-                instances = ?instances,
-                reason = %w.reason,
-                maintenance = true,
-                "maintenance window open: failures will not dead-letter these instances"
-            );
-            events.push(
-                Event::operator(now, "scheduler", "maintenance.start", id)
-                    .with_window(instances, &w.reason)
-                    .in_maintenance(true),
-            );
+/// The openings and closings not yet recorded, with their log lines.
+fn edges(cat: &Catalog, windows: &[MaintenanceWindow], now: Timestamp) -> Vec<Edge> {
+    let mut out = Vec::new();
+    for w in windows {
+        let open = maintenance::next_edges(&w.schedule, now).filter(|e| e.start <= now);
+        let event = |action: &str| {
+            Event::operator(now, "scheduler", action, &w.id)
+                .with_window(instances_of(w, cat), &w.reason)
+                .in_maintenance(true)
+        };
+        match (w.open_since, open) {
+            (None, Some(e)) => {
+                tracing::info!(
+                    window = %w.id,
+                    target = %w.target.describe(),
+                    instances = ?instances_of(w, cat),
+                    until = %e.end.to_rfc3339(),
+                    reason = %w.reason,
+                    maintenance = true,
+                    "maintenance window open: failures will not dead-letter these instances"
+                );
+                out.push(Edge {
+                    id: w.id.clone(),
+                    open_since: Some(e.start),
+                    events: vec![event("maintenance.start")],
+                });
+            }
+            (Some(_), None) => {
+                tracing::info!(
+                    window = %w.id,
+                    target = %w.target.describe(),
+                    instances = ?instances_of(w, cat),
+                    maintenance = true,
+                    "maintenance window closed"
+                );
+                out.push(Edge {
+                    id: w.id.clone(),
+                    open_since: None,
+                    events: vec![event("maintenance.end")],
+                });
+            }
+            // Still open (a weekly stretch's computed start may move as its
+            // earlier occurrences age; it is the same stretch), or still
+            // closed.
+            _ => {}
         }
     }
-    for (id, w) in &seen.open {
-        if !open.contains_key(id) {
-            let instances = instances_of(w, cat);
-            tracing::info!(
-                window = %id,
-                target = %w.target.describe(),
-                instances = ?instances,
-                maintenance = true,
-                "maintenance window closed"
-            );
-            events.push(
-                Event::operator(now, "scheduler", "maintenance.end", id)
-                    .with_window(instances, &w.reason)
-                    .in_maintenance(true),
-            );
-        }
-    }
-    seen.open = open;
+    out
+}
 
-    // 1 for an instance in an open window, 0 for one a window will cover
-    // later; no series for the others.
+/// Commit one edge with its events, then show it in the scheduler's copy.
+/// A failed commit is logged and tried again at the next look.
+async fn record(shared: &Shared, edge: Edge) {
+    let rows: Vec<OutboxEvent> = edge.events.iter().filter_map(|e| shared.sink.stage(e)).collect();
+    let store = shared.store.clone();
+    let (id, open_since) = (edge.id.clone(), edge.open_since);
+    let done = tokio::task::spawn_blocking(move || store.mark_maintenance_with_events(&id, open_since, &rows)).await;
+    match done {
+        Ok(Ok(true)) => shared.mark_maintenance(&edge.id, edge.open_since),
+        // Ended meanwhile: its delete recorded the end.
+        Ok(Ok(false)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(window = %edge.id, error = %e, "cannot record a maintenance window's edge; will retry")
+        }
+        Err(e) => {
+            tracing::warn!(window = %edge.id, error = %e, "cannot record a maintenance window's edge; will retry")
+        }
+    }
+}
+
+/// 1 for an instance in an open window, 0 for one a window will cover
+/// later; no series for the others (`labelled`: those that have one).
+fn set_gauge(
+    shared: &Shared,
+    cat: &Catalog,
+    windows: &[MaintenanceWindow],
+    now: Timestamp,
+    labelled: &mut BTreeSet<String>,
+) {
     let mut gauge: BTreeMap<String, i64> = BTreeMap::new();
     for w in windows.iter().filter(|w| !maintenance::is_over(&w.schedule, now)) {
-        let active = seen.open.contains_key(&w.id);
+        let active = maintenance::is_active(&w.schedule, now);
         for name in instances_of(w, cat) {
             let v = gauge.entry(name).or_insert(0);
             *v = (*v).max(i64::from(active));
         }
     }
     let family = &shared.metrics.maintenance_active;
-    for name in &seen.labelled {
+    for name in labelled.iter() {
         if !gauge.contains_key(name) {
             let _ = family.remove_label_values(&[name]);
         }
@@ -170,6 +206,5 @@ fn look(shared: &Shared, cat: &Catalog, windows: &[MaintenanceWindow], now: Time
     for (name, v) in &gauge {
         family.with_label_values(&[name]).set(*v);
     }
-    seen.labelled = gauge.into_keys().collect();
-    events
+    *labelled = gauge.into_keys().collect();
 }

@@ -276,6 +276,7 @@ pub async fn create(cx: &Context, input: &MaintenanceInput, actor: &str) -> Resu
         reason: checked.reason,
         created: now,
         created_by: actor.to_string(),
+        open_since: None,
     };
     let instances = crate::engine::maintenance::instances_of(&window, &cat);
     let event = Event::operator(now, actor, "maintenance.create", &window.id).with_window(instances, &window.reason);
@@ -287,27 +288,37 @@ pub async fn create(cx: &Context, input: &MaintenanceInput, actor: &str) -> Resu
     Ok(window)
 }
 
-/// End the window `id` (delete it): stored with its `maintenance.delete`
-/// event first, then out of force; an open window's end is recorded as it
-/// closes.
+/// End the window `id` (delete it), committed with its
+/// `maintenance.delete` event and, when its opening was recorded, its
+/// `maintenance.end`; then out of force.
 pub async fn end(cx: &Context, id: &str, actor: &str) -> Result<MaintenanceWindow, ServiceError> {
     let now = cx.engine.now();
-    let window = cx
-        .engine
-        .maintenance_windows()
-        .into_iter()
-        .find(|w| w.id == id)
-        .ok_or_else(|| ServiceError::NotFound(Missing::MaintenanceWindow(id.to_string())))?;
-    let instances = crate::engine::maintenance::instances_of(&window, &cx.engine.catalog());
-    let event = Event::operator(now, actor, "maintenance.delete", id).with_window(instances, &window.reason);
-    let events: Vec<_> = cx.sink.stage(&event).into_iter().collect();
+    let cat = cx.engine.catalog();
+    let (sink, who) = (cx.sink.clone(), actor.to_string());
+    let events = move |w: &MaintenanceWindow| {
+        let instances = crate::engine::maintenance::instances_of(w, &cat);
+        let mut events =
+            vec![Event::operator(now, &who, "maintenance.delete", &w.id).with_window(instances.clone(), &w.reason)];
+        if w.open_since.is_some() {
+            events.push(
+                Event::operator(now, "scheduler", "maintenance.end", &w.id)
+                    .with_window(instances, &w.reason)
+                    .in_maintenance(true),
+            );
+        }
+        events.iter().filter_map(|e| sink.stage(e)).collect()
+    };
     let i = id.to_string();
-    let removed = with_store(cx, move |s| s.delete_maintenance_with_events(&i, &events)).await?;
+    let removed = with_store(cx, move |s| s.delete_maintenance_with_events(&i, events)).await?;
     cx.engine.remove_maintenance(id);
-    if !removed {
-        return Err(ServiceError::NotFound(Missing::MaintenanceWindow(id.to_string())));
-    }
-    tracing::info!(window = %id, actor, "maintenance window ended");
+    let window = removed.ok_or_else(|| ServiceError::NotFound(Missing::MaintenanceWindow(id.to_string())))?;
+    tracing::info!(
+        window = %id,
+        target = %window.target.describe(),
+        actor,
+        maintenance = window.open_since.is_some().then_some(true),
+        "maintenance window ended"
+    );
     Ok(window)
 }
 

@@ -10,6 +10,7 @@ use super::stored::StoredMaintenance;
 use super::tables::MAINTENANCE;
 use super::{Ctx, Store, StoreError, codec};
 use crate::core::maintenance::MaintenanceWindow;
+use crate::model::Timestamp;
 
 /// The windows read back, and the rows that could not be (each skipped).
 pub type LoadedMaintenance = (Vec<MaintenanceWindow>, Vec<StoreError>);
@@ -34,21 +35,62 @@ impl Store {
         self.commit_with_outbox(txn, delivered(events), "committing a maintenance window")
     }
 
-    /// Delete the window `id`, with `events`; `false` (and no events
-    /// written) when there is none.
-    pub fn delete_maintenance_with_events(&self, id: &str, events: &[OutboxEvent]) -> Result<bool, StoreError> {
+    /// Delete the window `id`, with the events `events` makes of it (it
+    /// is read in the same transaction: whether its opening was recorded is
+    /// as stored); `None` (and nothing written) when there is none.
+    pub fn delete_maintenance_with_events(
+        &self,
+        id: &str,
+        events: impl FnOnce(&MaintenanceWindow) -> Vec<OutboxEvent>,
+    ) -> Result<Option<MaintenanceWindow>, StoreError> {
         let txn = self.write_txn()?;
         let removed = {
             let mut table = txn.open_table(MAINTENANCE.def).ctx("opening table maintenance")?;
-            table
+            let bytes = table
                 .remove(id.as_bytes())
                 .ctx("deleting a maintenance window")?
-                .is_some()
+                .map(|v| v.value().to_vec());
+            bytes.map(|b| decode(id.as_bytes(), &b)).transpose()?
         };
-        let events = if removed { events } else { &[] };
-        events::append(&txn, events)?;
-        self.commit_with_outbox(txn, delivered(events), "committing the end of a maintenance window")?;
+        let events = removed.as_ref().map(events).unwrap_or_default();
+        events::append(&txn, &events)?;
+        self.commit_with_outbox(txn, delivered(&events), "committing the end of a maintenance window")?;
         Ok(removed)
+    }
+
+    /// Record that the window `id` opened (`open_since` its stretch's
+    /// start) or closed (`None`), with `events`; `false` (and nothing
+    /// written) when the window is gone, ended meanwhile.
+    pub fn mark_maintenance_with_events(
+        &self,
+        id: &str,
+        open_since: Option<Timestamp>,
+        events: &[OutboxEvent],
+    ) -> Result<bool, StoreError> {
+        let txn = self.write_txn()?;
+        let found = {
+            let mut table = txn.open_table(MAINTENANCE.def).ctx("opening table maintenance")?;
+            let bytes = table
+                .get(id.as_bytes())
+                .ctx("reading a maintenance window")?
+                .map(|v| v.value().to_vec());
+            match bytes {
+                Some(b) => {
+                    let mut w = decode(id.as_bytes(), &b)?;
+                    w.open_since = open_since;
+                    let v = codec::encode_stored(&StoredMaintenance::from(&w))?;
+                    table
+                        .insert(id.as_bytes(), v.as_slice())
+                        .ctx("writing a maintenance window")?;
+                    true
+                }
+                None => false,
+            }
+        };
+        let events = if found { events } else { &[] };
+        events::append(&txn, events)?;
+        self.commit_with_outbox(txn, delivered(events), "committing a maintenance window's edge")?;
+        Ok(found)
     }
 
     /// Every window, oldest first; a row that does not decode is skipped
@@ -83,7 +125,6 @@ fn decode(key: &[u8], value: &[u8]) -> Result<MaintenanceWindow, StoreError> {
 mod tests {
     use super::*;
     use crate::core::maintenance::{Day, LocalTime, MaintenanceTarget, Schedule, Weekly, Zone};
-    use crate::model::Timestamp;
     use std::time::Duration;
 
     fn weekly_window() -> MaintenanceWindow {
@@ -102,6 +143,7 @@ mod tests {
             reason: "firmware".into(),
             created: Timestamp(1_000),
             created_by: "admin".into(),
+            open_since: None,
         }
     }
 
@@ -148,6 +190,7 @@ mod tests {
             reason: String::new(),
             created: Timestamp(5),
             created_by: "admin".into(),
+            open_since: None,
         };
         {
             let store = Store::open(dir.path()).expect("open");
@@ -158,8 +201,27 @@ mod tests {
         let (windows, bad) = store.load_maintenance().expect("load");
         assert!(bad.is_empty(), "{bad:?}");
         assert_eq!(windows, vec![once.clone(), weekly_window()]);
-        assert!(store.delete_maintenance_with_events("a", &[]).expect("delete"));
-        assert!(!store.delete_maintenance_with_events("a", &[]).expect("again"));
+        assert!(
+            store
+                .mark_maintenance_with_events("a", Some(Timestamp(10)), &[])
+                .expect("mark")
+        );
+        let (windows, _) = store.load_maintenance().expect("load");
+        assert_eq!(windows[0].open_since, Some(Timestamp(10)), "the opening is kept");
+        let gone = store
+            .delete_maintenance_with_events("a", |_| Vec::new())
+            .expect("delete");
+        assert_eq!(gone.map(|w| w.open_since), Some(Some(Timestamp(10))));
+        assert!(
+            store
+                .delete_maintenance_with_events("a", |_| Vec::new())
+                .expect("again")
+                .is_none()
+        );
+        assert!(
+            !store.mark_maintenance_with_events("a", None, &[]).expect("gone"),
+            "an ended window is not written back"
+        );
         assert_eq!(store.load_maintenance().expect("load").0, vec![weekly_window()]);
     }
 

@@ -59,27 +59,11 @@ async fn sleep_until(e: &Engine, minutes: f64) {
     tokio::time::sleep_until(at).await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_failing_instance_in_a_window_is_never_dead_lettered_and_one_outside_is() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let origin = Instant::now();
-    // The window: from START + 2 min to START + 20 min, for `inside`.
-    let window = MaintenanceWindow {
-        id: "w1".into(),
-        target: MaintenanceTarget::Instances(vec!["inside".into()]),
-        schedule: Schedule::Once {
-            start: START.plus(Duration::from_secs(120)),
-            end: START.plus(Duration::from_secs(1200)),
-        },
-        reason: "firmware".into(),
-        created: START,
-        created_by: "test".into(),
-    };
-    {
-        let store = pollster::store::Store::open(dir.path()).expect("open");
-        store.put_maintenance_with_events(&window, &[]).expect("put");
-    }
-    let mut c = paused::config(dir.path());
+/// The paused appliance's config: `inside` and `outside` of type `t`
+/// (one group, `probe`, every 10 s), failure rules of seconds: backoff 1 s
+/// doubling to 60 s, breaker after 3, dead letter after 5.
+fn engine_config(dir: &std::path::Path) -> pollster::config::Config {
+    let mut c = paused::config(dir);
     let m = &mut c.monitoring_file;
     m.adaptive.enabled = false;
     m.adaptive.min_interval = Duration::from_secs(10);
@@ -103,6 +87,80 @@ async fn a_failing_instance_in_a_window_is_never_dead_lettered_and_one_outside_i
             ..InstanceConfig::new(n, "t", "http://scripted.invalid/")
         })
         .collect();
+    c
+}
+
+/// The `maintenance.*` actions in the audit trail, oldest first.
+fn maintenance_audit(e: &Engine) -> Vec<String> {
+    let store = e.store.as_ref().expect("store");
+    let mut actions: Vec<String> = store
+        .audit_page(None, 1000)
+        .expect("audit")
+        .iter()
+        .filter_map(|a| serde_json::from_str::<Value>(&a.line).ok())
+        .filter_map(|v| v["action"].as_str().map(str::to_string))
+        .filter(|a| a.starts_with("maintenance."))
+        .collect();
+    actions.reverse();
+    actions
+}
+
+/// A window from `from` to `to` minutes after START, for `inside`.
+fn window(from: u64, to: u64) -> MaintenanceWindow {
+    MaintenanceWindow {
+        id: "w1".into(),
+        target: MaintenanceTarget::Instances(vec!["inside".into()]),
+        schedule: Schedule::Once {
+            start: START.plus(Duration::from_secs(from * 60)),
+            end: START.plus(Duration::from_secs(to * 60)),
+        },
+        reason: "firmware".into(),
+        created: START,
+        created_by: "test".into(),
+        open_since: None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_opening_is_recorded_once_across_restarts_and_a_closing_while_stopped_at_the_next_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origin = Instant::now();
+    {
+        let store = pollster::store::Store::open(dir.path()).expect("open");
+        store.put_maintenance_with_events(&window(1, 10), &[]).expect("put");
+    }
+    let fetch = || {
+        Arc::new(FailingFrom {
+            fail_from: origin + Duration::from_secs(24 * 3600),
+        })
+    };
+    let e = Engine::serve(engine_config(dir.path()), paused::ports(origin, fetch()), origin).await;
+    sleep_until(&e, 2.0).await;
+    assert_eq!(maintenance_audit(&e), ["maintenance.start"]);
+    e.stop().await;
+    let e = Engine::serve(engine_config(dir.path()), paused::ports(origin, fetch()), origin).await;
+    sleep_until(&e, 5.0).await;
+    assert_eq!(maintenance_audit(&e), ["maintenance.start"], "not recorded again");
+    e.stop().await;
+    // Stopped while the window closes at 10 min.
+    tokio::time::sleep_until(origin + Duration::from_secs(12 * 60)).await;
+    let e = Engine::serve(engine_config(dir.path()), paused::ports(origin, fetch()), origin).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(maintenance_audit(&e), ["maintenance.start", "maintenance.end"]);
+    e.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_instance_in_a_window_is_never_dead_lettered_and_one_outside_is() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let origin = Instant::now();
+    // The window: from START + 2 min to START + 20 min, for `inside`.
+    let window = window(2, 20);
+    {
+        let store = pollster::store::Store::open(dir.path()).expect("open");
+        store.put_maintenance_with_events(&window, &[]).expect("put");
+    }
+    let mut c = engine_config(dir.path());
     // A sink nobody answers: change events wait in the outbox, to be read.
     let mut sink = pollster::config::SinkConfig::new("http://127.0.0.1:9/ingest");
     sink.buffering = Duration::from_secs(3600);

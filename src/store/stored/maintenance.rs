@@ -22,6 +22,9 @@ pub(crate) struct StoredMaintenance {
     created: u64,
     #[serde(rename = "created_by", default)]
     created_by: String,
+    /// Absent while the window's opening is not recorded.
+    #[serde(rename = "open_since", default, skip_serializing_if = "Option::is_none")]
+    open_since: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,6 +103,7 @@ impl From<&MaintenanceWindow> for StoredMaintenance {
             reason: w.reason.clone(),
             created: w.created.0,
             created_by: w.created_by.clone(),
+            open_since: w.open_since.map(|t| t.0),
         }
     }
 }
@@ -141,6 +145,7 @@ impl TryFrom<StoredMaintenance> for MaintenanceWindow {
             reason: s.reason,
             created: Timestamp(s.created),
             created_by: s.created_by,
+            open_since: s.open_since.map(Timestamp),
         })
     }
 }

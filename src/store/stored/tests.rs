@@ -879,7 +879,7 @@ fn unknown_fields_are_refused_in_an_instance_and_ignored_in_a_task() {
 
 const MAINTENANCE_ONCE: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"id":"01KBW0000000000000000000AC","target":{"kind":"instances","names":["pve-1","pve-2"]},"schedule":{"kind":"once","start":1764480000000,"end":1764487200000},"reason":"PVE 9 upgrade","created":1764479000000,"created_by":"user:admin"}"#,
+    json: br#"{"id":"01KBW0000000000000000000AC","target":{"kind":"instances","names":["pve-1","pve-2"]},"schedule":{"kind":"once","start":1764480000000,"end":1764487200000},"reason":"PVE 9 upgrade","created":1764479000000,"created_by":"user:admin","open_since":1764480000000}"#,
 };
 
 const MAINTENANCE_WEEKLY: Fixture = Fixture {
@@ -899,6 +899,7 @@ fn maintenance_once() -> crate::core::maintenance::MaintenanceWindow {
         reason: "PVE 9 upgrade".into(),
         created: Timestamp(1_764_479_000_000),
         created_by: "user:admin".into(),
+        open_since: Some(Timestamp(1_764_480_000_000)),
     }
 }
 
@@ -919,6 +920,7 @@ fn maintenance_weekly() -> crate::core::maintenance::MaintenanceWindow {
         reason: String::new(),
         created: Timestamp(1_764_479_000_000),
         created_by: "token:ci(0a0b0c0d)".into(),
+        open_since: None,
     }
 }
 
