@@ -65,9 +65,7 @@ impl Shared {
         self.maintenance_wake.notify_one();
         removed
     }
-}
 
-impl Shared {
     /// The window `id` as recorded open since `open_since` (or closed), in
     /// the scheduler's copy, if it is still there.
     fn mark_maintenance(&self, id: &str, open_since: Option<Timestamp>) {
