@@ -61,14 +61,15 @@ pub struct MaintenanceView {
     /// The stretch open now, or else the next one (RFC 3339 UTC); null
     /// when the window will not open again.
     #[serde(rename = "nextStart")]
-    #[schema(schema_with = schema::plain_string)]
+    #[schema(required = true, format = DateTime)]
     pub next_start: Option<String>,
     #[serde(rename = "nextEnd")]
-    #[schema(schema_with = schema::plain_string)]
+    #[schema(required = true, format = DateTime)]
     pub next_end: Option<String>,
     /// The instances the window covers, as the catalog stands now.
     pub covers: Vec<String>,
     #[serde(rename = "createdAt")]
+    #[schema(format = DateTime)]
     pub created_at: String,
     #[serde(rename = "createdBy")]
     pub created_by: String,
