@@ -11,6 +11,7 @@ pub mod bucket;
 pub mod catalog;
 pub mod classify;
 pub mod interval;
+pub mod maintenance;
 pub mod phase;
 pub mod plan;
 pub mod queue;

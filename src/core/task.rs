@@ -89,6 +89,9 @@ pub struct Transition {
     pub dead_letter: Option<DeadLetterMove>,
     /// A successful poll whose digest differed from the previous one.
     pub changed: bool,
+    /// The task's instance was in a maintenance window when the poll
+    /// finished.
+    pub maintenance: bool,
 }
 
 impl Transition {
@@ -217,7 +220,27 @@ pub fn on_failure<R: Rng + ?Sized>(
     s: &FailureSettings,
     rng: &mut R,
 ) -> Transition {
-    let mut t = Transition::default();
+    on_failure_in(rec, err, now, s, rng, false)
+}
+
+/// A failed poll, `in_maintenance` when the task's instance is in a
+/// maintenance window: then the streak, backoff and breaker move as ever,
+/// but the failure never moves the task to the dead-letter queue (a task
+/// already there is rechecked as ever). The streak is kept, so a task that
+/// still fails after the window closes is dead-lettered at its next
+/// failure.
+pub fn on_failure_in<R: Rng + ?Sized>(
+    rec: &mut TaskRecord,
+    err: &PollError,
+    now: Timestamp,
+    s: &FailureSettings,
+    rng: &mut R,
+    in_maintenance: bool,
+) -> Transition {
+    let mut t = Transition {
+        maintenance: in_maintenance,
+        ..Transition::default()
+    };
     let before = rec.breaker;
     rec.last_error = Some(err.clone());
 
@@ -253,7 +276,7 @@ pub fn on_failure<R: Rng + ?Sized>(
         rec.retry_at = Some(dl.next_recheck);
         rec.next_run = dl.next_recheck;
         t.dead_letter = Some(DeadLetterMove::Rechecked);
-    } else if err.category == ErrorCategory::Permanent || rec.failures >= s.dead_letter_after {
+    } else if !in_maintenance && (err.category == ErrorCategory::Permanent || rec.failures >= s.dead_letter_after) {
         let reason = if err.category == ErrorCategory::Permanent {
             DeadLetterReason::PermanentFailure
         } else {
@@ -392,6 +415,25 @@ mod tests {
             (r.failures, r.breaker, r.retry_at, r.dead_letter.is_none()),
             (0, BreakerState::Closed, None, true)
         );
+    }
+
+    #[test]
+    fn no_failure_in_a_maintenance_window_dead_letters_and_the_breaker_still_opens() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        let s = no_jitter();
+        let mut r = TaskRecord::default();
+        for n in 1..=(s.dead_letter_after + 3) {
+            let t = on_failure_in(&mut r, &permanent(), Timestamp(n as u64 * 1000), &s, &mut rng, true);
+            assert_eq!(t.dead_letter, None, "failure {n}");
+            assert!(t.maintenance);
+            assert!(r.dead_letter.is_none());
+        }
+        assert_eq!(r.breaker, BreakerState::Open, "the breaker still protects the target");
+        assert_eq!(r.failures, s.dead_letter_after + 3);
+        // The window closed; the target still fails: dead-lettered at once.
+        let t = on_failure(&mut r, &transient(), Timestamp(60_000), &s, &mut rng);
+        assert!(matches!(t.dead_letter, Some(DeadLetterMove::Entered(_))), "{t:?}");
+        assert!(!t.maintenance);
     }
 
     #[test]

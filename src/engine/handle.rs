@@ -43,6 +43,22 @@ impl EngineHandle {
         self.0.operator_action(key, actor, op).await
     }
 
+    /// The maintenance windows in force.
+    pub fn maintenance_windows(&self) -> Vec<crate::core::maintenance::MaintenanceWindow> {
+        self.0.maintenance_windows()
+    }
+
+    /// Put a maintenance window in force (already stored).
+    pub fn put_maintenance(&self, window: crate::core::maintenance::MaintenanceWindow) {
+        self.0.put_maintenance(window)
+    }
+
+    /// Take the maintenance window `id` out of force (already deleted from
+    /// the store); `false` when none was in force.
+    pub fn remove_maintenance(&self, id: &str) -> bool {
+        self.0.remove_maintenance(id)
+    }
+
     /// The engine's time (its clock).
     pub fn now(&self) -> Timestamp {
         self.0.now()

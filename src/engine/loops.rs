@@ -28,7 +28,9 @@ pub(super) async fn dispatch_loop(shared: Arc<Shared>, mut stop: watch::Receiver
                         failures: 0,
                         retry_at: None,
                     };
-                    if let Some(row) = shared.sink.stage(&Event::breaker(now, event)) {
+                    let event =
+                        Event::breaker(now, event).in_maintenance(s.in_maintenance(&d.key.instance, &d.meta, now));
+                    if let Some(row) = shared.sink.stage(&event) {
                         staged.push(row);
                     }
                 }

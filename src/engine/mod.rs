@@ -28,6 +28,7 @@ pub mod handle;
 pub use handle::EngineHandle;
 pub mod latest;
 mod loops;
+pub mod maintenance;
 mod persist;
 pub mod ports;
 pub mod settings;
@@ -190,6 +191,8 @@ pub struct Shared {
     dispatcher_wake: AtomicU64,
     /// Re-solve the plans now (an AIMD move past the hysteresis).
     resolve: Notify,
+    /// The maintenance windows changed: record their edges now.
+    maintenance_wake: Notify,
     /// Poll tasks spawned and not yet finished (they hold a reference to
     /// this state, and so to the database, until they end).
     running: Arc<AtomicUsize>,
@@ -248,6 +251,7 @@ impl Shared {
             wake: Notify::new(),
             dispatcher_wake: AtomicU64::new(0),
             resolve: Notify::new(),
+            maintenance_wake: Notify::new(),
             running: Arc::new(AtomicUsize::new(0)),
             ready: AtomicBool::new(false),
             last_dispatch_ms: AtomicU64::new(0),
@@ -562,6 +566,7 @@ pub struct Engine {
     flusher: tokio::task::JoinHandle<()>,
     history: tokio::task::JoinHandle<()>,
     resolver: tokio::task::JoinHandle<()>,
+    maintenance: tokio::task::JoinHandle<()>,
 }
 
 impl Engine {
@@ -589,6 +594,19 @@ impl Engine {
             }
             // Without it each pool starts at its full budget, as before.
             Err(e) => tracing::error!(error = %e, "could not read the pools' AIMD state; starting at full budgets"),
+        }
+        let store = shared.store.clone();
+        match tokio::task::spawn_blocking(move || store.load_maintenance())
+            .await
+            .map_err(|e| EngineError::Join(e.to_string()))?
+        {
+            Ok((windows, bad)) => {
+                for e in bad {
+                    tracing::warn!(error = %e, "skipping an unreadable maintenance window");
+                }
+                shared.core().scheduler.set_maintenance(windows);
+            }
+            Err(e) => tracing::error!(error = %e, "could not read the maintenance windows; none in force"),
         }
         let now = shared.now();
         shared.reconcile(now, &mut stored, cold_start);
@@ -640,7 +658,8 @@ impl Engine {
         let dispatcher = tokio::spawn(loops::dispatch_loop(shared.clone(), rx.clone()));
         let flusher = tokio::spawn(loops::flush_loop(shared.clone(), rx.clone()));
         let history = tokio::spawn(loops::history_loop(shared.clone(), rx.clone()));
-        let resolver = tokio::spawn(loops::resolve_loop(shared.clone(), rx));
+        let resolver = tokio::spawn(loops::resolve_loop(shared.clone(), rx.clone()));
+        let maintenance = tokio::spawn(maintenance::maintenance_loop(shared.clone(), rx));
         shared.sink.start();
         Ok(Engine {
             shared,
@@ -649,6 +668,7 @@ impl Engine {
             flusher,
             history,
             resolver,
+            maintenance,
         })
     }
 
@@ -684,6 +704,7 @@ impl Engine {
         let _ = self.flusher.await;
         let _ = self.history.await;
         let _ = self.resolver.await;
+        let _ = self.maintenance.await;
         match self.shared.flush().await {
             Ok(n) => tracing::info!(records = n, "state flushed"),
             Err(e) => tracing::error!(error = %e, "final state flush failed"),

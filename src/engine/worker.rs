@@ -17,7 +17,13 @@ fn deadline_error(timeout: Duration) -> PollError {
 pub(super) async fn run_poll(shared: Arc<Shared>, d: crate::core::scheduler::Dispatch) {
     let key = d.key.clone();
     if let Some((from, to)) = d.breaker {
-        tracing::info!(instance = %key.instance, group = %key.group, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
+        let now = shared.now();
+        let maintenance = shared
+            .core()
+            .scheduler
+            .in_maintenance(&key.instance, &d.meta, now)
+            .then_some(true);
+        tracing::info!(instance = %key.instance, group = %key.group, maintenance, from = from.as_str(), to = to.as_str(), "circuit breaker half-open: probing");
     }
     let catalog = shared.catalog();
     let mut outcome = poll(&shared, &catalog, &key).await;
@@ -402,7 +408,7 @@ fn emit_poll_events(
     {
         poll = poll.with_body(body);
     }
-    shared.sink.emit(&Event::poll(now, poll));
+    shared.sink.emit(&Event::poll(now, poll).in_maintenance(t.maintenance));
 }
 
 /// The change events of a planned completion, as outbox rows: a breaker
@@ -416,18 +422,21 @@ pub(super) fn change_events(sink: &Sink, p: &Prepared, result: &PollResult, now:
     let (key, type_name) = (&p.key, &p.meta.type_name);
     let mut events = Vec::new();
     if let Some((from, to)) = t.breaker {
-        events.push(Event::breaker(
-            now,
-            BreakerEvent {
-                instance: key.instance.to_string(),
-                type_name: type_name.to_string(),
-                group: key.group.to_string(),
-                from,
-                to,
-                failures: p.record.failures,
-                retry_at: p.record.retry_at,
-            },
-        ));
+        events.push(
+            Event::breaker(
+                now,
+                BreakerEvent {
+                    instance: key.instance.to_string(),
+                    type_name: type_name.to_string(),
+                    group: key.group.to_string(),
+                    from,
+                    to,
+                    failures: p.record.failures,
+                    retry_at: p.record.retry_at,
+                },
+            )
+            .in_maintenance(t.maintenance),
+        );
     }
     let action = match t.dead_letter {
         Some(DeadLetterMove::Entered(_)) => Some(DeadLetterAction::Entered),
@@ -443,7 +452,7 @@ pub(super) fn change_events(sink: &Sink, p: &Prepared, result: &PollResult, now:
         if let Some(DeadLetterMove::Entered(reason)) = t.dead_letter {
             e = e.with_reason(reason);
         }
-        events.push(Event::dead_letter(now, e));
+        events.push(Event::dead_letter(now, e).in_maintenance(t.maintenance));
     }
     events.iter().filter_map(|e| sink.stage(e)).collect()
 }
@@ -485,30 +494,32 @@ pub(super) async fn commit_then_apply(
 
 fn log_transition(key: &TaskKey, t: &Transition, result: &PollResult) {
     let err = result.as_ref().err();
+    // `maintenance = true` on the lines of an instance in a window; no field otherwise.
+    let maintenance = t.maintenance.then_some(true);
     match t.dead_letter {
         Some(DeadLetterMove::Entered(reason)) => tracing::warn!(
-            instance = %key.instance, group = %key.group,
+            instance = %key.instance, group = %key.group, maintenance,
             reason = reason.as_str(),
             error_kind = err.map(|e| e.kind.as_str()).unwrap_or(""),
             error = err.map(|e| e.message.as_str()).unwrap_or(""),
             "Routing task to dead-letter queue"
         ),
         Some(DeadLetterMove::Left) => {
-            tracing::info!(instance = %key.instance, group = %key.group, "task recovered; leaving dead-letter queue")
+            tracing::info!(instance = %key.instance, group = %key.group, maintenance, "task recovered; leaving dead-letter queue")
         }
         Some(DeadLetterMove::Rechecked) => {
-            tracing::info!(instance = %key.instance, group = %key.group, error = err.map(|e| e.message.as_str()).unwrap_or(""), "dead-letter recheck failed")
+            tracing::info!(instance = %key.instance, group = %key.group, maintenance, error = err.map(|e| e.message.as_str()).unwrap_or(""), "dead-letter recheck failed")
         }
         None => {}
     }
     if let Some((from, to)) = t.breaker {
         if to == BreakerState::Open {
-            tracing::warn!(instance = %key.instance, group = %key.group, from = from.as_str(), "circuit breaker open");
+            tracing::warn!(instance = %key.instance, group = %key.group, maintenance, from = from.as_str(), "circuit breaker open");
         } else {
-            tracing::info!(instance = %key.instance, group = %key.group, from = from.as_str(), to = to.as_str(), "circuit breaker state changed");
+            tracing::info!(instance = %key.instance, group = %key.group, maintenance, from = from.as_str(), to = to.as_str(), "circuit breaker state changed");
         }
     }
     if let Some(e) = err {
-        tracing::debug!(instance = %key.instance, group = %key.group, category = e.category.as_str(), error_kind = e.kind.as_str(), status = e.status, error = %e.message, "poll failed");
+        tracing::debug!(instance = %key.instance, group = %key.group, maintenance, category = e.category.as_str(), error_kind = e.kind.as_str(), status = e.status, error = %e.message, "poll failed");
     }
 }

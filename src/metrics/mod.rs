@@ -53,6 +53,9 @@ pub struct Metrics {
     /// Config reloads (SIGHUP, `POST /api/admin/reload`), Prometheus's
     /// three series with our prefix.
     pub config_reload: ConfigReloadMetrics,
+    /// `pollster_maintenance_active{instance}`: 1 while a maintenance
+    /// window covers the instance, 0 for one a window covers later.
+    pub maintenance_active: IntGaugeVec,
 }
 
 /// `pollster_config_last_reload_successful`,
@@ -197,6 +200,15 @@ impl Metrics {
         }
         registry.register(Box::new(connections_rejected.clone()))?;
         let config_reload = ConfigReloadMetrics::register(&registry)?;
+        let maintenance_active = IntGaugeVec::new(
+            Opts::new(
+                "pollster_maintenance_active",
+                "1 while a maintenance window covers the instance (polling goes on; failures do not \
+                 dead-letter its tasks), 0 for an instance a window covers later; absent for the others.",
+            ),
+            &["instance"],
+        )?;
+        registry.register(Box::new(maintenance_active.clone()))?;
         let poll = Arc::new(PollSeries::new()?);
         let dispatch_lateness = prometheus::Histogram::with_opts(
             HistogramOpts::new(
@@ -221,6 +233,7 @@ impl Metrics {
             values_errors,
             connections_rejected,
             config_reload,
+            maintenance_active,
         })
     }
 

@@ -46,6 +46,7 @@ pub enum ServiceError {
 pub enum Missing {
     Instance(String),
     Task(String),
+    MaintenanceWindow(String),
 }
 
 impl std::fmt::Display for Missing {
@@ -53,6 +54,7 @@ impl std::fmt::Display for Missing {
         match self {
             Missing::Instance(name) => write!(f, "no instance named {name:?}"),
             Missing::Task(key) => write!(f, "no task {key}"),
+            Missing::MaintenanceWindow(id) => write!(f, "no maintenance window {id:?}"),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod budgets;
 pub mod dead_letters;
 pub mod error;
 pub mod instances;
+pub mod maintenance;
 pub mod redact;
 pub mod reload;
 pub mod settings;

@@ -46,6 +46,7 @@ mod copy;
 mod events;
 mod history;
 mod latest;
+mod maintenance;
 mod outbox;
 mod records;
 mod schema;
@@ -84,6 +85,7 @@ pub use backup::{CheckedBackup, Restored, check_backup, check_not_in_use, free_s
 pub use change::{AuditStamp, OutboxEvent};
 pub use history::Rollup;
 pub use latest::{LatestBatch, LoadedBodies, LoadedValues};
+pub use maintenance::LoadedMaintenance;
 pub use outbox::{OutboxListener, OutboxRow};
 pub use records::{LoadedTasks, SINK_SETTINGS};
 pub use schema::SCHEMA_VERSION;

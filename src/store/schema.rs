@@ -23,14 +23,15 @@ use crate::secrets::DataKey;
 ///
 /// 2: credentials sealed (`instances` values and the `sink` settings
 /// document in format 2, see `sealing`).
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: the `maintenance` table (maintenance windows).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// One upgrade step, run inside the open write transaction.
 type Migration = fn(&WriteTransaction) -> Result<(), StoreError>;
 
 /// `MIGRATIONS[i]` upgrades a file from schema `i + 1` to `i + 2`; its length
 /// is therefore always `SCHEMA_VERSION - 1`.
-const MIGRATIONS: [Migration; SCHEMA_VERSION as usize - 1] = [v1_to_v2];
+const MIGRATIONS: [Migration; SCHEMA_VERSION as usize - 1] = [v1_to_v2, v2_to_v3];
 
 /// Schema 2 seals credentials. Sealing needs the data key, which this step
 /// does not have: [`prepare`] seals every plaintext credential in this same
@@ -38,6 +39,13 @@ const MIGRATIONS: [Migration; SCHEMA_VERSION as usize - 1] = [v1_to_v2];
 /// without one (an admin command) leaves them in format 1, which still
 /// reads, for the next start of the server.
 fn v1_to_v2(_txn: &WriteTransaction) -> Result<(), StoreError> {
+    Ok(())
+}
+
+/// Schema 3 adds the `maintenance` table, which [`prepare`] creates with
+/// every other table; an older release refuses the file rather than
+/// dropping the windows it cannot read.
+fn v2_to_v3(_txn: &WriteTransaction) -> Result<(), StoreError> {
     Ok(())
 }
 

@@ -29,6 +29,7 @@
 //! | `audit`     | sequence, `u64` big-endian             | `AuditEntry` (`StoredAudit`): who changed what, from where, when: an operator action's or settings change's event line; the last 90 days or 100,000 entries |
 //! | `audit_failed` | sequence, `u64` big-endian (the `audit` sequence) | `AuditEntry` (`StoredAudit`): failed logins and token requests, one entry per address and window, updated in place; a share of the trail of their own (10,000 entries, 90 days), so no flood of them pushes an operator action out |
 //! | `aimd`      | budget pool name                       | `AimdState` (`StoredAimd`): the pool's effective budget, last decrease and 429 (and its level), recovery in progress |
+//! | `maintenance` | window id                            | `MaintenanceWindow` (`StoredMaintenance`): what a maintenance window covers, when it is open, why and who made it; deleted when an operator ends it |
 //!
 //! The `meta` table's name, types and `schema_version` entry are a contract
 //! with every past and future release: that is how a release recognises a
@@ -70,9 +71,10 @@ pub(crate) const BODIES: Table = table("bodies");
 pub(crate) const AIMD: Table = table("aimd");
 pub(crate) const AUDIT: Table = table("audit");
 pub(crate) const AUDIT_FAILED: Table = table("audit_failed");
+pub(crate) const MAINTENANCE: Table = table("maintenance");
 
 /// Every table: created at open, copied by backup. A new table goes here.
-pub(crate) const ALL: [Table; 14] = [
+pub(crate) const ALL: [Table; 15] = [
     META,
     TASKS,
     INSTANCES,
@@ -87,6 +89,7 @@ pub(crate) const ALL: [Table; 14] = [
     AIMD,
     AUDIT,
     AUDIT_FAILED,
+    MAINTENANCE,
 ];
 
 /// `meta` key holding the schema version.

@@ -269,6 +269,8 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .route("/admin/backup", post(admin::backup))
         .route("/admin/reload", post(reload::reload))
         .route("/admin/audit", get(audit::list))
+        .route("/maintenance", get(maintenance::list).post(maintenance::create))
+        .route("/maintenance/{id}", delete(maintenance::delete))
         .route("/openapi.json", get(openapi::openapi))
         .fallback(api_not_found)
         .layer(axum::middleware::from_fn_with_state(state, auth::require_auth))

@@ -34,6 +34,9 @@ pub fn ports(origin: Instant, fetch: Arc<dyn Fetch>) -> Ports {
 /// The appliance on paused time; stopped with [`Engine::stop`].
 pub struct Engine {
     pub shared: EngineHandle,
+    /// The appliance's database and metrics (let go of at [`Engine::stop`]).
+    pub store: Option<pollster::store::Store>,
+    pub metrics: Option<pollster::metrics::Metrics>,
     /// The instant the engine's clock reads [`START`] (tokio's clock).
     pub origin: Instant,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -49,6 +52,7 @@ impl Engine {
             .await
             .expect("app builds");
         let shared = app.engine();
+        let (store, metrics) = (Some(app.store()), Some(app.metrics()));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.run_until_stopped(async {
@@ -59,6 +63,8 @@ impl Engine {
         });
         Engine {
             shared,
+            store,
+            metrics,
             origin,
             stop: Some(tx),
             server: Some(server),
@@ -68,10 +74,15 @@ impl Engine {
     /// Stop gracefully and wait for the server to end.
     pub async fn stop(self) {
         let Engine {
-            shared, stop, server, ..
+            shared,
+            store,
+            metrics,
+            stop,
+            server,
+            ..
         } = self;
         // Let go of the database first: the server waits for every handle.
-        drop(shared);
+        drop((shared, store, metrics));
         let _ = stop.map(|tx| tx.send(()));
         if let Some(s) = server {
             let _ = s.await;

@@ -23,6 +23,7 @@ mod crash;
 mod engine;
 mod hostile;
 mod logs;
+mod maintenance;
 mod pages;
 mod parity;
 mod preset_values;

@@ -663,3 +663,61 @@ async fn the_dashboard_charts_cover_the_last_hour_or_the_last_day() {
     assert!(body.contains("range=1h") && body.contains("range=24h"), "{body}");
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_maintenance_page_makes_a_window_names_a_bad_field_and_ends_it() {
+    let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
+    let mut v = Visitor::new(&app);
+    v.setup().await;
+    let (_, _, body) = v.get("/").await;
+    assert!(body.contains("<a href=\"/maintenance\""), "in the navigation");
+    let csrf = v.csrf("/maintenance").await;
+    let (s, _, body) = v
+        .post(
+            "/maintenance",
+            &[
+                ("_csrf", &csrf),
+                ("instances", "x"),
+                ("kind", "weekly"),
+                ("days", "mon"),
+                ("days", "thu"),
+                ("at", "02:30"),
+                ("timezone", "Atlantis/Lost"),
+                ("duration", "2h"),
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 422, "{body}");
+    assert!(body.contains("data-field=\"timezone\""), "the field is named");
+    assert!(
+        body.contains("value=\"Atlantis/Lost\""),
+        "the form keeps what was typed"
+    );
+    let (s, loc, body) = v
+        .post(
+            "/maintenance",
+            &[
+                ("_csrf", &csrf),
+                ("instances", "x"),
+                ("kind", "once"),
+                ("duration", "1h"),
+                ("reason", "new disks"),
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!((s, loc.as_str()), (303, "/maintenance"), "{body}");
+    let (_, _, body) = v.get("/maintenance").await;
+    assert!(body.contains("new disks") && body.contains(">open</span>"), "{body}");
+    let list = app.get_json("/api/maintenance").await;
+    let id = list["windows"][0]["id"].as_str().expect("a window").to_string();
+    let (s, loc, _) = v
+        .post(&format!("/maintenance/{id}/end"), &[("_csrf", &csrf)], &[])
+        .await;
+    assert_eq!((s, loc.as_str()), (303, "/maintenance"));
+    let (_, _, body) = v.get("/maintenance").await;
+    assert!(body.contains("No maintenance windows."), "{body}");
+    assert!(body.contains(&format!("Maintenance window {id} ended.")), "{body}");
+    app.stop().await;
+}

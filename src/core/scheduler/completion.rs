@@ -31,7 +31,8 @@ impl Scheduler {
             return None;
         };
         let mut rec = t.rec.clone();
-        let transition = match result {
+        let in_maintenance = self.in_maintenance(&key.instance, &t.meta, now);
+        let mut transition = match result {
             Ok(ok) => {
                 rec.failed_items = ok.failed_items.iter().take(FAILED_ITEMS_KEPT).cloned().collect();
                 let tr = task::on_success(&mut rec, &t.meta, ok.digest, due, now, &self.settings.adaptive, rng);
@@ -48,9 +49,10 @@ impl Scheduler {
             }
             Err(err) => {
                 rec.failed_items.clear();
-                task::on_failure(&mut rec, err, now, &self.settings.failure, rng)
+                task::on_failure_in(&mut rec, err, now, &self.settings.failure, rng, in_maintenance)
             }
         };
+        transition.maintenance = in_maintenance;
         Some(Prepared {
             key: key.clone(),
             record: rec,

@@ -40,6 +40,7 @@ pub use operator::{OpError, OperatorOp};
 pub use state::{Deferral, Parked, Task, TaskState};
 
 use super::bucket::TokenBucket;
+use super::maintenance::{self, MaintenanceWindow};
 use super::queue::{QueueEntry, TaskQueue};
 use super::task::{self, TaskMeta};
 use super::{interval, phase, staleness};
@@ -60,6 +61,8 @@ pub struct Scheduler {
     in_flight: usize,
     /// One token bucket per budget pool, at the pool's effective rate.
     buckets: HashMap<Arc<str>, TokenBucket>,
+    /// The maintenance windows: a failure inside one never dead-letters.
+    maintenance: Arc<[MaintenanceWindow]>,
 }
 
 impl Scheduler {
@@ -76,6 +79,23 @@ impl Scheduler {
 
     pub fn len(&self) -> usize {
         self.tasks.len()
+    }
+
+    /// The maintenance windows in force.
+    pub fn maintenance(&self) -> Arc<[MaintenanceWindow]> {
+        self.maintenance.clone()
+    }
+
+    /// Replace the maintenance windows (made, ended, loaded at start).
+    pub fn set_maintenance(&mut self, windows: Vec<MaintenanceWindow>) {
+        self.maintenance = windows.into();
+    }
+
+    /// Whether the instance of a task (with `meta`) is in a maintenance
+    /// window at `now`.
+    pub fn in_maintenance(&self, instance: &str, meta: &TaskMeta, now: Timestamp) -> bool {
+        !self.maintenance.is_empty()
+            && maintenance::covered(&self.maintenance, instance, &meta.type_name, meta.pool.as_deref(), now)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -267,6 +267,13 @@ pub struct OperatorEvent {
     /// refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reload: Option<ReloadSummary>,
+    /// `maintenance.*` only: the instances the window covers, as the
+    /// catalog stands when the event is made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instances: Option<Vec<String>>,
+    /// `maintenance.*` only: why the window was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// What one `config.reload` did: counts of what changed, or the error that

@@ -18,6 +18,7 @@
 //! | `time` | string | when it happened (RFC 3339 UTC, milliseconds)                  |
 //! | `id`   | string | **change events only** (`breaker`, `dead_letter`, `settings`, `operator`; absent on `poll` and `test`): a stable, unique id (a ULID), the same on every delivery of the event |
 //! | `kind` | string | `poll`, `breaker`, `dead_letter`, `settings`, `operator`, `test` |
+//! | `maintenance` | bool | **absent unless true**: the instance the event is about is in a maintenance window (`poll`, `breaker`, `dead_letter`), or the event is a window's own `maintenance.start` / `maintenance.end` |
 //!
 //! Change events are durable: written to the database in the same
 //! transaction as the change they record, and delivered at least once
@@ -80,8 +81,9 @@
 //! | field    | type   | meaning                                                                  |
 //! |----------|--------|--------------------------------------------------------------------------|
 //! | `actor`  | string | who did it                                                               |
-//! | `action` | string | dotted verb: `instance.create`, `instance.update`, `instance.delete`, `token.create`, `token.revoke`, `password.change`, `account.create`, `login`, `login.failed`, `token.failed` |
+//! | `action` | string | dotted verb: `instance.create`, `instance.update`, `instance.delete`, `token.create`, `token.revoke`, `password.change`, `account.create`, `login`, `login.failed`, `token.failed`, `maintenance.create`, `maintenance.delete`, `maintenance.start`, `maintenance.end` |
 //! | `target` | string | what it was done to, e.g. the instance name                              |
+//! | `instances`, `reason` | array, string | `maintenance.*` only: the instances the window covers and why it was made |
 //! | `count`, `first`, `last`, `source` | number, string, string, string | `login.failed` and `token.failed` only: the failures from one address within one window this event stands for (see docs/EVENTS.md) |
 //!
 //! ## `test` — sent by the "send test event" button
@@ -149,6 +151,10 @@ pub struct Event {
     pub id: Option<String>,
     #[serde(flatten)]
     pub kind: EventKind,
+    /// The instance the event is about is in a maintenance window (set by
+    /// [`Event::in_maintenance`]); absent otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub maintenance: bool,
 }
 
 /// The kind-specific part of an [`Event`]; the variant is the `kind` field.
@@ -169,6 +175,7 @@ impl Event {
         Event {
             time,
             id: None,
+            maintenance: false,
             kind: EventKind::Poll(poll),
         }
     }
@@ -179,6 +186,7 @@ impl Event {
         Event {
             time,
             id: None,
+            maintenance: false,
             kind: EventKind::Pool(pool),
         }
     }
@@ -187,6 +195,7 @@ impl Event {
         Event {
             time,
             id: None,
+            maintenance: false,
             kind: EventKind::Breaker(breaker),
         }
     }
@@ -195,6 +204,7 @@ impl Event {
         Event {
             time,
             id: None,
+            maintenance: false,
             kind: EventKind::DeadLetter(dead_letter),
         }
     }
@@ -204,6 +214,7 @@ impl Event {
         Event {
             time,
             id: None,
+            maintenance: false,
             kind: EventKind::Settings(SettingsEvent {
                 actor: actor.into(),
                 section,
@@ -217,6 +228,7 @@ impl Event {
         Event {
             time,
             id: None,
+            maintenance: false,
             kind: EventKind::Operator(OperatorEvent {
                 actor: actor.into(),
                 action: action.into(),
@@ -224,8 +236,17 @@ impl Event {
                 fields: Vec::new(),
                 failures: None,
                 reload: None,
+                instances: None,
+                reason: None,
             }),
         }
+    }
+
+    /// The event with `maintenance: true` when `on` (its instance is in a
+    /// maintenance window).
+    pub fn in_maintenance(mut self, on: bool) -> Event {
+        self.maintenance = on;
+        self
     }
 
     /// An operator event naming the fields a change set (never their values).
@@ -244,6 +265,16 @@ impl Event {
         self
     }
 
+    /// A `maintenance.*` operator event: the instances the window covers
+    /// and its reason.
+    pub fn with_window(mut self, instances: Vec<String>, reason: &str) -> Event {
+        if let EventKind::Operator(o) = &mut self.kind {
+            o.instances = Some(instances);
+            o.reason = Some(reason.to_string());
+        }
+        self
+    }
+
     /// An operator event standing for several failures (`login.failed`,
     /// `token.failed`).
     pub fn with_failures(mut self, failures: FailureCount) -> Event {
@@ -257,6 +288,7 @@ impl Event {
         Event {
             time,
             id: None,
+            maintenance: false,
             kind: EventKind::Test(TestEvent {
                 actor: actor.into(),
                 message: message.into(),

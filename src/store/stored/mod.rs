@@ -15,6 +15,7 @@ mod aimd;
 mod audit;
 mod instance;
 mod latest;
+mod maintenance;
 mod secret;
 mod sink;
 mod task;
@@ -27,6 +28,7 @@ pub(crate) use aimd::StoredAimd;
 pub(crate) use audit::{StoredAudit, StoredAuditRef};
 pub(crate) use instance::StoredInstance;
 pub(crate) use latest::{StoredBody, StoredBodyRef, StoredValues, StoredValuesRef};
+pub(crate) use maintenance::StoredMaintenance;
 pub(crate) use sink::StoredSink;
 pub(crate) use task::{StoredTask, StoredTaskRef};
 pub(crate) use values::{

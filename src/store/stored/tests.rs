@@ -888,3 +888,79 @@ fn unknown_fields_are_refused_in_an_instance_and_ignored_in_a_task() {
     let (_, rec) = decode_task(b"i\0g", b"\x01{\"failures\":2,\"later_field\":true}").expect("task");
     assert_eq!(rec.failures, 2);
 }
+
+const MAINTENANCE_ONCE: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"id":"01KBW0000000000000000000AC","target":{"kind":"instances","names":["pve-1","pve-2"]},"schedule":{"kind":"once","start":1764480000000,"end":1764487200000},"reason":"PVE 9 upgrade","created":1764479000000,"created_by":"user:admin","open_since":1764480000000}"#,
+};
+
+const MAINTENANCE_WEEKLY: Fixture = Fixture {
+    version: FORMAT_JSON_V1,
+    json: br#"{"id":"01KBW0000000000000000000AD","target":{"kind":"type","name":"pbs"},"schedule":{"kind":"weekly","days":["mon","sun"],"at":"02:30","duration":"1h30m","timezone":"Europe/Berlin"},"reason":"","created":1764479000000,"created_by":"token:ci(0a0b0c0d)"}"#,
+};
+
+fn maintenance_once() -> crate::core::maintenance::MaintenanceWindow {
+    use crate::core::maintenance::{MaintenanceTarget, MaintenanceWindow, Schedule};
+    MaintenanceWindow {
+        id: "01KBW0000000000000000000AC".into(),
+        target: MaintenanceTarget::Instances(vec!["pve-1".into(), "pve-2".into()]),
+        schedule: Schedule::Once {
+            start: Timestamp(1_764_480_000_000),
+            end: Timestamp(1_764_487_200_000),
+        },
+        reason: "PVE 9 upgrade".into(),
+        created: Timestamp(1_764_479_000_000),
+        created_by: "user:admin".into(),
+        open_since: Some(Timestamp(1_764_480_000_000)),
+    }
+}
+
+fn maintenance_weekly() -> crate::core::maintenance::MaintenanceWindow {
+    use crate::core::maintenance::{Day, LocalTime, MaintenanceTarget, MaintenanceWindow, Schedule, Weekly, Zone};
+    MaintenanceWindow {
+        id: "01KBW0000000000000000000AD".into(),
+        target: MaintenanceTarget::Type("pbs".into()),
+        schedule: Schedule::Weekly(
+            Weekly::new(
+                vec![Day::Sun, Day::Mon],
+                LocalTime::parse("02:30").expect("time"),
+                Duration::from_secs(5400),
+                Zone::parse("Europe/Berlin").expect("zone"),
+            )
+            .expect("repeat"),
+        ),
+        reason: String::new(),
+        created: Timestamp(1_764_479_000_000),
+        created_by: "token:ci(0a0b0c0d)".into(),
+        open_since: None,
+    }
+}
+
+#[test]
+fn maintenance_windows_decode_from_and_encode_to_todays_bytes() {
+    use crate::core::maintenance::MaintenanceWindow;
+    let decode = |b: &[u8]| {
+        codec::decode_stored::<StoredMaintenance>("maintenance", b"k", b).and_then(|s| {
+            MaintenanceWindow::try_from(s).map_err(|reason| StoreError::Corrupt {
+                table: "maintenance",
+                key: "k".into(),
+                reason,
+            })
+        })
+    };
+    let encode = |w: &MaintenanceWindow| codec::encode_stored(&StoredMaintenance::from(w));
+    check(
+        "maintenance window",
+        &MAINTENANCE_ONCE,
+        &maintenance_once(),
+        encode,
+        decode,
+    );
+    check(
+        "weekly maintenance window",
+        &MAINTENANCE_WEEKLY,
+        &maintenance_weekly(),
+        encode,
+        decode,
+    );
+}

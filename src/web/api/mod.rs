@@ -8,6 +8,7 @@ pub mod dead_letter;
 pub mod groups;
 pub mod health;
 pub mod instances;
+pub mod maintenance;
 pub mod openapi;
 pub mod reload;
 pub mod schema;

@@ -12,7 +12,7 @@
 //! kind): [`hand_schemas`] keeps them.
 
 use super::schema::{DURATION_PATTERN, NAME_PATTERN, POSITIVE_DURATION_PATTERN, SCHEDULER_MODES, URL_PATTERN};
-use super::{admin, audit, budgets, data, dead_letter, groups, health, instances, reload, settings, sink};
+use super::{admin, audit, budgets, data, dead_letter, groups, health, instances, maintenance, reload, settings, sink};
 use crate::web::AppState;
 use crate::web::error::{ErrorBody, FieldErrorBody};
 use axum::Json;
@@ -29,7 +29,7 @@ use utoipa::{IntoParams, Modify, OpenApi};
 #[openapi(
     info(
         title = "Pollster API",
-        description = "Scheduler health, dead-letter queue, instances and monitoring settings. Every route needs `Authorization: Bearer <token>`."
+        description = "Scheduler health, dead-letter queue, instances, maintenance windows and monitoring settings. Every route needs `Authorization: Bearer <token>`."
     ),
     paths(
         health::scheduler_health,
@@ -57,6 +57,9 @@ use utoipa::{IntoParams, Modify, OpenApi};
         admin::backup,
         reload::reload,
         audit::list,
+        maintenance::list,
+        maintenance::create,
+        maintenance::delete,
         openapi,
     ),
     components(schemas(ErrorBody, FieldErrorBody)),

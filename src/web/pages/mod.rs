@@ -6,6 +6,7 @@ pub mod account;
 pub mod dashboard;
 pub mod instance;
 pub mod instances;
+pub mod maintenance;
 pub mod settings;
 pub mod sink;
 pub mod status;
@@ -87,6 +88,9 @@ page_routes! {
     post "/instances/{name}" => instances::update,
     post "/instances/{name}/delete" => instances::delete,
     post "/instances/{name}/test" => instances::test,
+    get "/maintenance" => maintenance::page,
+    post "/maintenance" => maintenance::create,
+    post "/maintenance/{id}/end" => maintenance::end,
     get "/status" => status::page,
     get "/settings" => settings::index,
     get "/settings/system/monitoring" => settings::monitoring_page,
