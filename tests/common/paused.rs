@@ -12,6 +12,7 @@ use pollster::engine::ports::{Fetch, Ports};
 use pollster::model::Timestamp;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 
 /// The engine's time at the run's origin.
@@ -21,6 +22,26 @@ pub const START: Timestamp = Timestamp(1_790_000_000_000);
 pub fn config(dir: &std::path::Path) -> Config {
     let mut c = config::load(None, &BTreeMap::new()).expect("defaults");
     c.server.data_dir = dir.to_path_buf();
+    c
+}
+
+/// A config for the failure tests: every task on a fixed `interval`, a
+/// backoff of 1, 2, 4 … s up to 60 s without jitter, the breaker open
+/// after 3 failures, a dead letter after 5, rechecked every `recheck`.
+pub fn failure_config(dir: &std::path::Path, interval: Duration, recheck: Duration) -> Config {
+    let mut c = config(dir);
+    let m = &mut c.monitoring_file;
+    m.adaptive.enabled = false;
+    m.adaptive.min_interval = interval;
+    m.adaptive.base_interval = interval;
+    m.adaptive.max_interval = interval;
+    m.failure.backoff_initial = Duration::from_secs(1);
+    m.failure.backoff_multiplier = 2.0;
+    m.failure.backoff_jitter = 0.0;
+    m.failure.backoff_max = Duration::from_secs(60);
+    m.failure.breaker_threshold = 3;
+    m.failure.dead_letter_after = 5;
+    m.failure.dead_letter_recheck = recheck;
     c
 }
 

@@ -187,19 +187,7 @@ impl Engine {
         pool: Option<f64>,
         tasks: Option<Arc<dyn TaskStore>>,
     ) -> Engine {
-        let mut c = paused::config(dir);
-        let m = &mut c.monitoring_file;
-        m.adaptive.enabled = false;
-        m.adaptive.min_interval = INTERVAL;
-        m.adaptive.base_interval = INTERVAL;
-        m.adaptive.max_interval = INTERVAL;
-        m.failure.backoff_initial = Duration::from_secs(1);
-        m.failure.backoff_multiplier = 2.0;
-        m.failure.backoff_jitter = 0.0;
-        m.failure.backoff_max = Duration::from_secs(60);
-        m.failure.breaker_threshold = 3;
-        m.failure.dead_letter_after = 5;
-        m.failure.dead_letter_recheck = Duration::from_secs(1800);
+        let mut c = paused::failure_config(dir, INTERVAL, Duration::from_secs(1800));
         let mut probe = GroupDef::new("probe", "", 1, INTERVAL);
         probe.values.push(
             toml::from_str::<ValueRule>("metric = \"t_temp_celsius\"\nhelp = \"Temperature\"\nvalue = \"/temp\"")

@@ -63,19 +63,7 @@ async fn sleep_until(e: &Engine, minutes: f64) {
 /// (one group, `probe`, every 10 s), failure rules of seconds: backoff 1 s
 /// doubling to 60 s, breaker after 3, dead letter after 5.
 fn engine_config(dir: &std::path::Path) -> pollster::config::Config {
-    let mut c = paused::config(dir);
-    let m = &mut c.monitoring_file;
-    m.adaptive.enabled = false;
-    m.adaptive.min_interval = Duration::from_secs(10);
-    m.adaptive.base_interval = Duration::from_secs(10);
-    m.adaptive.max_interval = Duration::from_secs(10);
-    m.failure.backoff_initial = Duration::from_secs(1);
-    m.failure.backoff_multiplier = 2.0;
-    m.failure.backoff_jitter = 0.0;
-    m.failure.backoff_max = Duration::from_secs(60);
-    m.failure.breaker_threshold = 3;
-    m.failure.dead_letter_after = 5;
-    m.failure.dead_letter_recheck = Duration::from_secs(3600);
+    let mut c = paused::failure_config(dir, Duration::from_secs(10), Duration::from_secs(3600));
     c.types.push(TypeDef {
         name: "t".into(),
         groups: vec![GroupDef::new("probe", "", 1, Duration::from_secs(10))],
