@@ -101,6 +101,10 @@ pub fn set_admin_password_with_events(
     Ok(())
 }
 
+/// The first-run setup code's file in the data directory: void (and
+/// removed) once the admin has a password.
+pub const SETUP_CODE_FILE: &str = "setup-code";
+
 #[cfg(test)]
 mod tests {
     use super::*;

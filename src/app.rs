@@ -18,8 +18,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub const SETTINGS_KEY: &str = crate::service::settings::SETTINGS_KEY;
-/// The file in the data directory that holds the first-run setup code.
-pub const SETUP_CODE_FILE: &str = "setup-code";
+pub use crate::accounts::SETUP_CODE_FILE;
 
 /// Write `text` to a new file readable by its owner only (0600).
 fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {

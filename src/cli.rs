@@ -6,7 +6,6 @@ mod secrets;
 mod self_signed;
 mod values;
 
-pub(crate) use secrets::rotate_in_place;
 pub use self_signed::SelfSignedArgs;
 pub use values::{ValuesArgs, ValuesOutput, render, values};
 

@@ -108,24 +108,6 @@ pub(crate) fn read_passphrase(path: &Path) -> Result<String, Failure> {
     Ok(pass)
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let _ = std::fs::remove_file(path);
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut f = opts.open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
-}
-
-fn sync_parent(path: &Path) {
-    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
-    }
-}
-
 /// Re-seals every credential under a new key in one transaction. The new
 /// key is written beside the old one first (`secret.key.new`) and renamed
 /// over it once the database has committed; the old key is kept as
@@ -133,7 +115,7 @@ fn sync_parent(path: &Path) {
 pub fn rotate_key(dir: &DataDirArgs, now: Timestamp) -> Result<String, Failure> {
     let (store, file) = open_sealed(dir)?;
     let row = cli_row("key.rotate", &file.path.display().to_string(), now);
-    let (n, old_path) = rotate_in_place(&store, &file.path, &[row])?;
+    let (n, old_path) = crate::control::rotate::rotate_in_place(&store, &file.path, &[row]).map_err(fail)?;
     drop(store);
     // The old ciphertext lingers in the pages the re-seal freed.
     let (data_dir, _) = locate(dir)?;
@@ -141,47 +123,6 @@ pub fn rotate_key(dir: &DataDirArgs, now: Timestamp) -> Result<String, Failure> 
         eprintln!("warning: could not rewrite the database without its freed pages: {e}");
     }
     Ok(crate::control::text::key_rotated(n, &file.path, &old_path))
-}
-
-/// The rotation itself, on an open store (the CLI's, or the running
-/// server's through the control socket, whose store seals with the new key
-/// from the commit on): the new key written beside the old one, the
-/// re-seal with `events` in one transaction, then the rename. Returns the
-/// records re-sealed and where the old key is kept.
-pub(crate) fn rotate_in_place(
-    store: &Store,
-    key_path: &Path,
-    events: &[OutboxEvent],
-) -> Result<(usize, PathBuf), Failure> {
-    // One rotation at a time in this process: they share the work files.
-    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let old_text = std::fs::read(key_path).map_err(|e| fail(format!("{}: {e}", key_path.display())))?;
-    let new = DataKey::generate().map_err(fail)?;
-    let new_path = with_suffix(key_path, ".new");
-    let old_path = with_suffix(key_path, ".old");
-    let write = |path: &Path, bytes: &[u8]| {
-        write_private(path, bytes)
-            .map_err(|e| fail(format!("cannot write {}: {e}; nothing was changed", path.display())))
-    };
-    write(&new_path, new.to_file_text().as_bytes())?;
-    write(&old_path, &old_text)?;
-    let n = match store.reseal_with_events(&new, events) {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = std::fs::remove_file(&new_path);
-            return Err(e.into());
-        }
-    };
-    std::fs::rename(&new_path, key_path).map_err(|e| {
-        fail(format!(
-            "the database is sealed under the new key, but {} could not be renamed to {}: {e}; rename it by hand",
-            new_path.display(),
-            key_path.display()
-        ))
-    })?;
-    sync_parent(key_path);
-    Ok((n, old_path))
 }
 
 /// Writes `out` through `out.partial` (0600), renamed over `out` once
@@ -205,7 +146,7 @@ pub(crate) fn write_out(
         let _ = std::fs::remove_file(&partial);
         return Err(fail(format!("cannot write {}: {e}", out.display())));
     }
-    sync_parent(out);
+    crate::control::rotate::sync_parent(out);
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 pub mod client;
 pub mod lock;
 pub mod protocol;
+pub mod rotate;
 pub mod server;
 pub mod text;
 

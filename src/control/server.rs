@@ -241,7 +241,7 @@ async fn set_password(cx: &Context, password: String, actor: &str) -> Reply {
     let done = tokio::task::spawn_blocking(move || -> Result<usize, String> {
         crate::accounts::set_admin_password_with_events(&store, &password, now, &events).map_err(|e| e.to_string())?;
         // The admin exists now: the first-run setup code is void.
-        let _ = std::fs::remove_file(store.path().with_file_name(crate::app::SETUP_CODE_FILE));
+        let _ = std::fs::remove_file(store.path().with_file_name(crate::accounts::SETUP_CODE_FILE));
         store.delete_user_sessions(user, None).map_err(|e| e.to_string())
     })
     .await;
@@ -267,7 +267,7 @@ async fn rotate_key(cx: &Context, h: &Handlers, actor: &str) -> Reply {
         crate::sink::event::Event::operator(cx.engine.now(), actor, "key.rotate", &h.key_file.display().to_string());
     let events: Vec<_> = cx.sink.stage(&event).into_iter().collect();
     let (store, key_file) = (cx.store.clone(), h.key_file.clone());
-    let done = tokio::task::spawn_blocking(move || crate::cli::rotate_in_place(&store, &key_file, &events)).await;
+    let done = tokio::task::spawn_blocking(move || super::rotate::rotate_in_place(&store, &key_file, &events)).await;
     match done {
         Ok(Ok((n, old))) => {
             tracing::info!(actor, records = n, "data key rotated through the control socket");
@@ -276,7 +276,7 @@ async fn rotate_key(cx: &Context, h: &Handlers, actor: &str) -> Reply {
                 ..Reply::default()
             }
         }
-        Ok(Err(f)) => Reply::failed(f.code, f.message),
+        Ok(Err(message)) => Reply::failed(EXIT_FAILURE, message),
         Err(e) => Reply::failed(EXIT_FAILURE, e.to_string()),
     }
 }

@@ -270,7 +270,7 @@ pub async fn create(cx: &Context, input: &MaintenanceInput, actor: &str) -> Resu
     let cat = cx.engine.catalog();
     let checked = check(input, &cat, now).map_err(ServiceError::Invalid)?;
     let window = MaintenanceWindow {
-        id: crate::sink::event::new_event_id(now, &mut rand::rng()),
+        id: cx.sink.new_event_id(now),
         target: checked.target,
         schedule: checked.schedule,
         reason: checked.reason,
