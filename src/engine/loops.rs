@@ -147,7 +147,13 @@ pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<
             let running = super::budget::running_of(&shared.core().scheduler);
             due = shared.budgets(|b, _| {
                 let seen = b.observe_running(running, now);
-                crate::core::plan::running_moved(&b.running, &seen)
+                let shedding = b.plans.values().any(|p| p.plan.groups.iter().any(|g| g.shed));
+                let threshold = if shedding {
+                    crate::core::plan::SHEDDING_HYSTERESIS
+                } else {
+                    crate::core::aimd::RESOLVE_HYSTERESIS
+                };
+                crate::core::plan::running_moved_by(&b.running, &seen, threshold)
             });
         }
         if due || resolve || now.since(solved_at) >= settings.resolve_interval {

@@ -44,7 +44,8 @@
 //!   more) steps back to that rate instead of halving, never deeper than the multiplicative decrease: the
 //!   limit lies between the two, and halving threw away what had held (scenario B: 5.06 → 2.54 rps with 4
 //!   rps of room). Recovery then waits [`AIMD_QUIET`] (5 min) before it probes again, so a limit just above
-//!   the held rate costs one 429 per quiet spell, not one a minute. A 429 at or below the rate that held
+//!   the held rate costs one 429 per quiet spell, not one a minute, unless the pool sheds groups: then
+//!   it probes on at the additive step (shed groups are data the operator does not get). A 429 at or below the rate that held
 //!   still halves (the room shrank) and forgets that rate. The rate and the quiet spell are saved with the
 //!   state.
 //! - Hysteresis: a re-solve of the plan is due only when the effective budget has moved by MORE than
@@ -447,7 +448,11 @@ impl Aimd {
                 Some(d) => self.last_tick.max(d.plus(AIMD_COOLDOWN)),
                 None => self.last_tick,
             };
-            let start = self.probe_after.map_or(start, |p| start.max(p));
+            // A pool that sheds probes on: its shed groups are data the operator does not get.
+            let start = match self.probe_after {
+                Some(p) if !shedding => start.max(p),
+                _ => start,
+            };
             if now > start {
                 let ms = now.since(start).as_millis() as f64;
                 let additive = s.recovery_per_ms() * ms;

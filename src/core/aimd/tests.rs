@@ -551,6 +551,24 @@ fn a_failed_probe_steps_back_to_the_rate_that_held_instead_of_halving() {
 }
 
 #[test]
+fn a_pool_that_sheds_after_a_step_back_probes_on_through_the_quiet_spell() {
+    let mut a = Aimd::new(8.0, secs(0));
+    a.on_rate_limited(secs(0), None, &S);
+    send(&mut a, 0, 120, |_| 3.0, &S);
+    let held = a.held_rps().expect("3 rps held");
+    a.on_rate_limited(secs(121), None, &S);
+    assert_eq!(a.effective(), held, "stepped back");
+    // Shedding: its groups are data the operator does not get, so it
+    // probes on at the additive step (0.1 rps a minute after the 30 s
+    // cooldown), while a pool that does not shed waits.
+    let mut quiet = a.clone();
+    quiet.tick_shedding(secs(121 + 150), &S, false);
+    assert_eq!(quiet.effective(), held);
+    a.tick_shedding(secs(121 + 150), &S, true);
+    assert!(close(a.effective(), held + 0.2), "{} after 2 minutes", a.effective());
+}
+
+#[test]
 fn a_step_back_is_never_deeper_than_the_multiplicative_decrease() {
     // The pool sent 1 rps of its 8 for a minute: that held. A 429 that is
     // not lone then steps back, but not below half of the budget.

@@ -81,6 +81,15 @@ pub fn smooth_running(prev: &RunningIntervals, now: &RunningIntervals, elapsed: 
 /// A group's running demand moved by more than [`RESOLVE_HYSTERESIS`]
 /// (20 %) since `then`, or a group came or went: time to re-plan.
 pub fn running_moved(then: &RunningIntervals, now: &RunningIntervals) -> bool {
+    running_moved_by(then, now, RESOLVE_HYSTERESIS)
+}
+
+/// A pool that sheds re-plans on a smaller move: what its priority 1/2
+/// groups give back may be what a shed group needs.
+pub const SHEDDING_HYSTERESIS: f64 = 0.05;
+
+/// [`running_moved`] with a threshold of its own (a share: 0.05 is 5 %).
+pub fn running_moved_by(then: &RunningIntervals, now: &RunningIntervals, threshold: f64) -> bool {
     if then.len() != now.len() {
         return true;
     }
@@ -89,7 +98,7 @@ pub fn running_moved(then: &RunningIntervals, now: &RunningIntervals) -> bool {
             || ga.len() != gb.len()
             || ga.iter().zip(gb).any(|((ka, a), (kb, b))| {
                 // Demand goes as 1 / interval.
-                ka != kb || (a / b - 1.0).abs() > RESOLVE_HYSTERESIS
+                ka != kb || (a / b - 1.0).abs() > threshold
             })
     })
 }
@@ -146,6 +155,9 @@ mod tests {
         assert!(!running_moved(&at(10), &at(10)));
         assert!(!running_moved(&at(10), &at(9)));
         assert!(running_moved(&at(10), &at(5)));
+        // A shedding pool's smaller threshold.
+        assert!(running_moved_by(&at(10), &at(9), SHEDDING_HYSTERESIS));
+        assert!(!running_moved_by(&at(100), &at(99), SHEDDING_HYSTERESIS));
         assert!(running_moved(&at(10), &RunningIntervals::new()));
     }
 
