@@ -94,11 +94,12 @@ async fn a_second_serve_on_the_same_data_directory_exits_2_naming_the_holder() {
 
 /// `pollster` with `args` (and `stdin`): exit code, stdout, stderr.
 fn cli(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    cli_as(None, args, stdin)
+    cli_as(None, BIN, args, stdin)
 }
 
-/// [`cli`], run through `setpriv` as `user` when given.
-fn cli_as(user: Option<(&str, &str)>, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+/// [`cli`] with the binary `bin`, run through `setpriv` as `user` when
+/// given.
+fn cli_as(user: Option<(&str, &str)>, bin: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
     use std::io::Write;
     let mut cmd = match user {
         Some((user, group)) => {
@@ -107,11 +108,11 @@ fn cli_as(user: Option<(&str, &str)>, args: &[&str], stdin: Option<&str>) -> (i3
                 &format!("--reuid={user}"),
                 &format!("--regid={group}"),
                 "--clear-groups",
-                BIN,
+                bin,
             ]);
             c
         }
-        None => Command::new(BIN),
+        None => Command::new(bin),
     };
     let mut child = cmd
         .args(args)
@@ -317,8 +318,15 @@ async fn admin_commands_reach_the_running_server_through_its_control_socket() {
         open(dir.path(), 0o755);
         open(&data, 0o755);
         open(&socket, 0o666);
+        // A copy of the binary where `nobody` may run it: the build's own
+        // may sit below a directory only root enters (a CI checkout in
+        // /root).
+        let bin = dir.path().join("pollster-nobody");
+        std::fs::copy(BIN, &bin).expect("copy the binary");
+        open(&bin, 0o755);
         let (code, out, err) = cli_as(
             Some(("nobody", "nogroup")),
+            &bin.to_string_lossy(),
             &["admin", "list-tokens", "--data-dir", &data_arg],
             None,
         );
