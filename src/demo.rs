@@ -61,6 +61,21 @@ fn simulated(type_name: &str) -> Option<SimApi> {
     }
 }
 
+/// An instance's URL on the simulated fleet. A `meraki` instance's is its
+/// organization's base below the API root, as on the real dashboard
+/// (`…/api/v1/organizations/{id}`): the preset's per-device and
+/// per-network groups call beside it, below that API root.
+fn instance_url(fleet: &Fleet, name: &str, type_name: &str) -> String {
+    match type_name {
+        "meraki" => format!(
+            "{}/api/v1/organizations/{}",
+            fleet.url(name),
+            crate::fleet::sim::meraki::ORG_ID
+        ),
+        _ => fleet.url(name),
+    }
+}
+
 /// The demo's budget pool: the `demo-saas` instances share 2 requests/s,
 /// of which Pollster may use 80 %.
 pub const DEMO_POOL: &str = "demo-org";
@@ -148,7 +163,7 @@ pub async fn run(args: DemoArgs, shutdown: impl Future<Output = ()> + Send + 'st
             timeout: *timeout,
             labels: [("env".to_string(), "demo".to_string())].into(),
             budget: (*ty == "demo-saas").then(|| DEMO_POOL.to_string()),
-            ..InstanceConfig::new(name, ty, &fleet.url(name))
+            ..InstanceConfig::new(name, ty, &instance_url(&fleet, name, ty))
         })
         .collect();
 
