@@ -74,6 +74,8 @@ pub enum Conflict {
     InFlight,
     /// No event sink is configured.
     SinkDisabled,
+    /// As many as may be exist already.
+    Limit,
 }
 
 impl Conflict {
@@ -86,6 +88,7 @@ impl Conflict {
             Conflict::NotDeadLettered => "not_dead_lettered",
             Conflict::InFlight => "in_flight",
             Conflict::SinkDisabled => "sink_disabled",
+            Conflict::Limit => "limit",
         }
     }
 }

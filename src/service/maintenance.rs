@@ -8,7 +8,7 @@
 //! (`HH:MM`), `duration` and `timezone` (IANA, default `UTC`); and
 //! `reason`. No window lasts longer than 7 days.
 
-use super::error::{Missing, ServiceError};
+use super::error::{Conflict, Missing, ServiceError};
 use super::{Context, with_store};
 use crate::core::catalog::Catalog;
 use crate::core::maintenance::{
@@ -18,6 +18,9 @@ use crate::model::{FieldError, Timestamp, duration_str};
 use crate::sink::event::Event;
 use serde::Deserialize;
 use std::time::Duration;
+
+/// The most windows in force at once: each completed poll looks at them.
+pub const MAX_WINDOWS: usize = 1000;
 
 /// The longest `reason` kept.
 pub const MAX_REASON: usize = 500;
@@ -269,6 +272,13 @@ pub async fn create(cx: &Context, input: &MaintenanceInput, actor: &str) -> Resu
     let now = cx.engine.now();
     let cat = cx.engine.catalog();
     let checked = check(input, &cat, now).map_err(ServiceError::Invalid)?;
+    if cx.engine.maintenance_windows().len() >= MAX_WINDOWS {
+        return Err(ServiceError::conflict(
+            Conflict::Limit,
+            format!("there are {MAX_WINDOWS} maintenance windows already, the most there may be: end some first"),
+            None,
+        ));
+    }
     let window = MaintenanceWindow {
         id: cx.sink.new_event_id(now),
         target: checked.target,

@@ -81,7 +81,8 @@ async fn a_second_serve_on_the_same_data_directory_exits_2_naming_the_holder() {
         .env_remove("RUST_LOG")
         .output()
         .expect("second serve runs");
-    assert!(start.elapsed() < Duration::from_secs(10), "refused at once");
+    // It does not wait for the lock (a generous bound: a busy machine is slow to start a process).
+    assert!(start.elapsed() < Duration::from_secs(60), "refused at once");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(

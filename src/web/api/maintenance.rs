@@ -200,6 +200,7 @@ pub async fn list(State(app): State<AppState>) -> Json<MaintenanceList> {
     responses(
         (status = 201, description = "made", body = MaintenanceView),
         (status = 400, description = "not JSON", body = ErrorBody),
+        (status = 409, description = "the most windows there may be (1000) are in force already (code limit)", body = ErrorBody),
         (status = 422, description = "invalid field, named: unknown instance, pool, type or time zone; end before start; longer than 7 days; none or more than one of instances, pool and type", body = FieldErrorBody),
     ),
 )]
