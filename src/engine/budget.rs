@@ -81,6 +81,15 @@ pub fn running_of_records(
     )
 }
 
+/// The pool's plan wants more than `effective` gives it: it sheds groups,
+/// or its demand is above that budget (a step-back of less than the
+/// re-solve hysteresis leaves the plan solved for the budget before it,
+/// and the bucket holds the pool below what it plans). AIMD probes on for
+/// such a pool through a quiet spell ([`Aimd::tick_shedding`]).
+pub fn wants_more(plan: &crate::core::solver::PoolPlan, effective: f64) -> bool {
+    plan.groups.iter().any(|g| g.shed) || plan.total_demand_rps > effective * (1.0 + 1e-9)
+}
+
 pub fn aimd_settings(s: &SchedulerSettings) -> AimdSettings {
     AimdSettings {
         enabled: s.aimd_enabled && s.mode == SchedulerMode::Adaptive,
@@ -100,7 +109,7 @@ impl BudgetState {
     /// What priority 1/2 groups run at now (`raw`), smoothed over about a
     /// minute: the figure the plan is solved with.
     pub fn observe_running(&mut self, raw: RunningIntervals, now: Timestamp) -> RunningIntervals {
-        let elapsed = self.running_at.map_or(plan::RUNNING_SMOOTHING * 100, |t| now.since(t));
+        let elapsed = self.running_at.map_or(plan::RUNNING_RISE * 100, |t| now.since(t));
         self.running_seen = plan::smooth_running(&self.running_seen, &raw, elapsed);
         self.running_at = Some(self.running_at.map_or(now, |t| t.max(now)));
         self.running_seen.clone()
@@ -281,9 +290,9 @@ impl BudgetState {
         let mut resolve = false;
         for (name, a) in self.aimd.iter_mut() {
             let plan = self.plans.get(name).map(|p| &p.plan);
-            let shedding = plan.is_some_and(|p| p.groups.iter().any(|g| g.shed));
+            let short = plan.is_some_and(|p| wants_more(p, a.effective()));
             let before = a.effective();
-            resolve |= a.tick_shedding(now, &aimd, shedding);
+            resolve |= a.tick_shedding(now, &aimd, short);
             if before < a.configured() && a.effective() >= a.configured() {
                 tracing::info!(pool = %name, budget_rps = a.configured(), "AIMD recovered: the pool is back at its budget");
                 if let Some(p) = self.plans.get(name) {

@@ -56,8 +56,11 @@ impl EngineHandle {
             b.aimd
                 .iter()
                 .filter_map(|(name, a)| {
-                    let shedding = b.plans.get(name).is_some_and(|p| p.plan.groups.iter().any(|g| g.shed));
-                    Some((name.clone(), a.outlook(now, &settings, shedding)?))
+                    let short = b
+                        .plans
+                        .get(name)
+                        .is_some_and(|p| super::budget::wants_more(&p.plan, a.effective()));
+                    Some((name.clone(), a.outlook(now, &settings, short)?))
                 })
                 .collect()
         })

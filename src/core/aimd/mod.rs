@@ -44,10 +44,12 @@
 //!   more) steps back to that rate instead of halving, never deeper than the multiplicative decrease: the
 //!   limit lies between the two, and halving threw away what had held (scenario B: 5.06 → 2.54 rps with 4
 //!   rps of room). Recovery then waits [`AIMD_QUIET`] (5 min) before it probes again, so a limit just above
-//!   the held rate costs one 429 per quiet spell, not one a minute, unless the pool sheds groups: then
-//!   it probes on at the additive step (shed groups are data the operator does not get). A 429 at or below the rate that held
-//!   still halves (the room shrank) and forgets that rate. The rate and the quiet spell are saved with the
-//!   state.
+//!   the held rate costs one 429 per quiet spell, not one a minute, unless the pool sheds groups: shed
+//!   groups are data the operator does not get, so it probes on, with fast recovery towards 90 % of the
+//!   budget the failed probe ran at (a probe tests its budget, so the limit lies below it; the rate that
+//!   held, measured from what a pool that sheds sends, can lie well below the limit: 3.2 rps held where
+//!   the API left 4), then at the additive step. A 429 at or below the rate that held still halves (the room shrank) and forgets that
+//!   rate. The rate and the quiet spell are saved with the state.
 //! - Hysteresis: a re-solve of the plan is due only when the effective budget has moved by MORE than
 //!   [`RESOLVE_HYSTERESIS`] (20 %) relative to the budget the plan was last solved with.
 //! - Disabled (`enabled == false`): 429s never decrease, and the next `tick` restores the effective budget
@@ -227,6 +229,20 @@ pub struct RateSignal {
     pub lone: bool,
 }
 
+/// Fast recovery from `effective` up to `until_rps`, winning it back in [`FAST_RECOVERY`]; the additive step
+/// alone when `until_rps` is not above `effective`.
+fn fast_towards(until_rps: f64, effective: f64) -> Recovery {
+    let lost = until_rps - effective;
+    if lost > 1e-9 {
+        Recovery::Fast {
+            rps_per_minute: lost * 60.0 / FAST_RECOVERY.as_secs_f64(),
+            until_rps,
+        }
+    } else {
+        Recovery::Additive
+    }
+}
+
 fn sanitize_configured(rps: f64) -> f64 {
     if rps.is_finite() && rps > 0.0 { rps } else { 0.0 }
 }
@@ -285,6 +301,12 @@ impl Aimd {
             _ => Recovery::Additive,
         };
         a.last_tick = state.at.min(now);
+        // A quiet spell in force when the state was saved earns nothing, also while stopped: the state is
+        // saved when the budget moves, and it stays put through a quiet spell, so crediting the time since
+        // then to a pool that sheds at the restart would jump its budget past the failed probe.
+        if let Some(p) = state.probe_after.filter(|&p| p > state.at) {
+            a.last_tick = a.last_tick.max(p.min(now));
+        }
         a.set_configured(configured_rps, now);
         a.solved_with = a.effective;
         a.window_rps = a.effective;
@@ -385,7 +407,7 @@ impl Aimd {
                 // Never deeper than the multiplicative decrease would go.
                 Some(held) if before > held + 1e-9 => {
                     self.effective = held.max(before * s.multiplier()).clamp(self.floor(), before);
-                    self.recovery = Recovery::Additive;
+                    self.recovery = fast_towards(FAST_RECOVERY_CEILING * before, self.effective);
                     self.probe_after = Some(now.plus(AIMD_QUIET));
                 }
                 _ => {
@@ -398,12 +420,7 @@ impl Aimd {
                     self.recovery = if recurs {
                         Recovery::Additive
                     } else {
-                        let until_rps = FAST_RECOVERY_CEILING * level;
-                        let lost = (until_rps - self.effective).max(0.0);
-                        Recovery::Fast {
-                            rps_per_minute: lost * 60.0 / FAST_RECOVERY.as_secs_f64(),
-                            until_rps,
-                        }
+                        fast_towards(FAST_RECOVERY_CEILING * level, self.effective)
                     };
                 }
             }
@@ -436,8 +453,8 @@ impl Aimd {
         self.tick_shedding(now, s, false)
     }
 
-    /// [`Self::tick`] for a pool that sheds groups (`shedding`) or not: fast recovery applies only while
-    /// it does (see the module docs).
+    /// [`Self::tick`] for a pool that sheds groups or plans more than its budget carries (`shedding`), or
+    /// not: fast recovery, and probing through a quiet spell, apply only while it does (see the module docs).
     pub fn tick_shedding(&mut self, now: Timestamp, s: &AimdSettings, shedding: bool) -> bool {
         if !s.enabled {
             self.effective = self.configured;

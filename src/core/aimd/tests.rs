@@ -554,18 +554,71 @@ fn a_failed_probe_steps_back_to_the_rate_that_held_instead_of_halving() {
 fn a_pool_that_sheds_after_a_step_back_probes_on_through_the_quiet_spell() {
     let mut a = Aimd::new(8.0, secs(0));
     a.on_rate_limited(secs(0), None, &S);
+    // It sheds, so it sends 3 rps of its 4 and more: 3 rps is what held.
     send(&mut a, 0, 120, |_| 3.0, &S);
     let held = a.held_rps().expect("3 rps held");
+    let probed = a.effective();
+    assert!(probed > 4.0, "{probed}");
     a.on_rate_limited(secs(121), None, &S);
     assert_eq!(a.effective(), held, "stepped back");
+    // The limit lies between the 3 rps that held and the budget probed.
     // Shedding: its groups are data the operator does not get, so it
-    // probes on at the additive step (0.1 rps a minute after the 30 s
-    // cooldown), while a pool that does not shed waits.
+    // probes on, fast towards 90 % of the budget probed within 2 minutes
+    // after the 30 s cooldown, then at the additive step; a pool that
+    // does not shed waits out the quiet spell.
+    let until = 0.9 * probed;
     let mut quiet = a.clone();
     quiet.tick_shedding(secs(121 + 150), &S, false);
     assert_eq!(quiet.effective(), held);
-    a.tick_shedding(secs(121 + 150), &S, true);
-    assert!(close(a.effective(), held + 0.2), "{} after 2 minutes", a.effective());
+    let mut sheds = a.clone();
+    sheds.tick_shedding(secs(121 + 90), &S, true);
+    assert!(
+        close(sheds.effective(), (held + until) / 2.0),
+        "{} halfway",
+        sheds.effective()
+    );
+    sheds.tick_shedding(secs(121 + 150), &S, true);
+    assert!(close(sheds.effective(), until), "{} after 2 minutes", sheds.effective());
+    sheds.tick_shedding(secs(121 + 210), &S, true);
+    assert!(
+        close(sheds.effective(), until + 0.1),
+        "{} a minute later",
+        sheds.effective()
+    );
+    // A probe that failed just above what held (the pool sent all it
+    // could): 90 % of it is below the step-back, so the additive step.
+    let mut b = Aimd::new(8.0, secs(0));
+    b.on_rate_limited(secs(0), None, &S);
+    send(&mut b, 0, 300, |b| b.effective(), &S);
+    let held = b.held_rps().expect("a rate held");
+    b.on_rate_limited(secs(301), None, &S);
+    assert_eq!((b.effective(), b.recovery()), (held, Recovery::Additive));
+    b.tick_shedding(secs(301 + 150), &S, true);
+    assert!(close(b.effective(), held + 0.2), "{} after 2 minutes", b.effective());
+}
+
+#[test]
+fn a_restart_in_a_quiet_spell_does_not_credit_the_spell_to_a_pool_that_sheds() {
+    let mut a = Aimd::new(8.0, secs(0));
+    a.on_rate_limited(secs(0), None, &S);
+    send(&mut a, 0, 300, |a| a.effective(), &S);
+    let held = a.held_rps().expect("a rate held");
+    a.on_rate_limited(secs(301), None, &S);
+    assert_eq!((a.effective(), a.recovery()), (held, Recovery::Additive));
+    // Saved at the step-back; the budget stays put through the quiet spell,
+    // so the row is not saved again. A restart 4 minutes later, shedding:
+    // the spell earned nothing, so the budget goes on from the step-back.
+    let saved = a.state();
+    let mut b = Aimd::resume(8.0, &saved, secs(541));
+    b.tick_shedding(secs(541), &S, true);
+    assert_eq!(b.effective(), held, "the quiet spell is not credited");
+    // From the restart on it probes on, as a running pool that sheds does.
+    b.tick_shedding(secs(601), &S, true);
+    assert!(close(b.effective(), held + 0.1), "{}", b.effective());
+    // A restart after the spell ended credits only the time after it.
+    let mut c = Aimd::resume(8.0, &saved, secs(301 + 300 + 60));
+    c.tick_shedding(secs(301 + 300 + 60), &S, false);
+    assert!(close(c.effective(), held + 0.1), "{}", c.effective());
 }
 
 #[test]

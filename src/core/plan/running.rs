@@ -5,7 +5,8 @@
 //!
 //! Each task's interval is the larger of its planned interval and its
 //! adaptive interval, whose state is already smoothed (0.6 × target + 0.4
-//! × previous, once per poll), so a group's figure moves gently.
+//! × previous, once per poll); a group's figure then rises slowly and
+//! falls fast ([`smooth_running`]).
 
 use crate::core::aimd::RESOLVE_HYSTERESIS;
 use std::collections::BTreeMap;
@@ -49,25 +50,41 @@ pub fn running_intervals<'a>(tasks: impl IntoIterator<Item = RunningTask<'a>>) -
     out
 }
 
-/// How long the plan takes to follow what priority 1/2 groups run at: the
-/// time constant of [`smooth_running`]. A status change sends adaptive
-/// polling towards its minimum for a few polls (about 30 s); planning
-/// for that spike sheds priority 3/4 groups for as long, then plans them
-/// back. A change that lasts is followed within about a minute.
-pub const RUNNING_SMOOTHING: Duration = Duration::from_secs(60);
+/// How long the plan takes to follow priority 1/2 groups that speed up: the
+/// time constant of [`smooth_running`] while a group's demand rises. A
+/// status change sends adaptive polling towards its minimum for as long as
+/// the data keeps changing (a minute of changes in scenario B); planning
+/// for that spike sheds priority 3/4 groups for as long, although the
+/// bucket already holds the pool to its budget. Shedding is for demand
+/// that lasts: a change that goes on is followed within minutes (63 % of
+/// the way in 5), and until then the speed-up is served from the room the
+/// plan leaves, at the bucket's pace.
+pub const RUNNING_RISE: Duration = Duration::from_secs(5 * 60);
 
-/// `prev` moved towards `now` by the share of [`RUNNING_SMOOTHING`] that
-/// `elapsed` is (`1 − e^(−elapsed/τ)`), in demand (1 / interval). Groups
-/// new in `now` are taken as they are, and groups gone from it are gone.
+/// The time constant of [`smooth_running`] while a group's demand falls:
+/// when adaptive polling slows down again, what it gives back is planned
+/// for at once, since it may be what a shed group needs.
+pub const RUNNING_FALL: Duration = Duration::from_secs(10);
+
+/// `prev` moved towards `now` by the share of its time constant that
+/// `elapsed` is (`1 − e^(−elapsed/τ)`), in demand (1 / interval): slowly
+/// ([`RUNNING_RISE`]) where the demand rises, fast ([`RUNNING_FALL`]) where
+/// it falls. Groups new in `now` are taken as they are, and groups gone
+/// from it are gone.
 pub fn smooth_running(prev: &RunningIntervals, now: &RunningIntervals, elapsed: Duration) -> RunningIntervals {
-    let alpha = 1.0 - (-elapsed.as_secs_f64() / RUNNING_SMOOTHING.as_secs_f64()).exp();
+    let alpha = |tau: Duration| 1.0 - (-elapsed.as_secs_f64() / tau.as_secs_f64()).exp();
+    let (rise, fall) = (alpha(RUNNING_RISE), alpha(RUNNING_FALL));
     now.iter()
         .map(|(pool, groups)| {
             let groups = groups
                 .iter()
                 .map(|(k, &iv)| {
                     let iv = match prev.get(pool).and_then(|g| g.get(k)) {
-                        Some(&was) if was > 0.0 && iv > 0.0 => 1.0 / (1.0 / was + alpha * (1.0 / iv - 1.0 / was)),
+                        Some(&was) if was > 0.0 && iv > 0.0 => {
+                            let (was_d, now_d) = (1.0 / was, 1.0 / iv);
+                            let a = if now_d > was_d { rise } else { fall };
+                            1.0 / (was_d + a * (now_d - was_d))
+                        }
                         _ => iv,
                     };
                     (k.clone(), iv)
@@ -130,23 +147,50 @@ mod tests {
     }
 
     #[test]
-    fn the_plan_follows_a_lasting_change_not_a_spike() {
+    fn the_plan_follows_a_lasting_speed_up_not_a_spike() {
         let at = |secs: u64| running_intervals([task("status", 1.0, secs)]);
         let iv = |r: &RunningIntervals| r["org"][&("net".to_string(), "status".to_string())];
-        // 10 s of a spike to 5 s moves the figure by 1 − e^(−1/6) of the
-        // way in demand: 10 s → about 8.6 s, under the 20 % that re-plans.
+        // 10 s of a spike to 5 s moves the figure by 1 − e^(−1/30) of the
+        // way in demand, far under the 20 % that re-plans.
         let spiked = smooth_running(&at(10), &at(5), Duration::from_secs(10));
-        assert!((iv(&spiked) - 1.0 / (0.1 + (1.0 - (-1.0f64 / 6.0).exp()) * 0.1)).abs() < 1e-9);
+        assert!((iv(&spiked) - 1.0 / (0.1 + (1.0 - (-1.0f64 / 30.0).exp()) * 0.1)).abs() < 1e-9);
         assert!(!running_moved(&at(10), &spiked));
-        // A change that lasts a minute is followed past the hysteresis.
+        // A minute of it (scenario B's incident) stays under the 20 % too.
         let mut r = at(10);
         for _ in 0..6 {
+            r = smooth_running(&r, &at(5), Duration::from_secs(10));
+        }
+        assert!(!running_moved(&at(10), &r), "{}", iv(&r));
+        // A speed-up that lasts is followed past the hysteresis within minutes.
+        for _ in 0..12 {
             r = smooth_running(&r, &at(5), Duration::from_secs(10));
         }
         assert!(running_moved(&at(10), &r), "{}", iv(&r));
         // No time passed: nothing moves; a new group is taken as it is.
         assert_eq!(smooth_running(&at(10), &at(5), Duration::ZERO), at(10));
         assert_eq!(smooth_running(&RunningIntervals::new(), &at(5), Duration::ZERO), at(5));
+    }
+
+    #[test]
+    fn a_slow_down_is_followed_at_once() {
+        let at = |secs: u64| running_intervals([task("status", 1.0, secs)]);
+        let iv = |r: &RunningIntervals| r["org"][&("net".to_string(), "status".to_string())];
+        // Back from 5 s to 10 s: 10 s later the figure is 1 − e^(−1) of the
+        // way there in demand, 20 s later past 86 %.
+        let r = smooth_running(&at(5), &at(10), Duration::from_secs(10));
+        assert!(
+            (iv(&r) - 1.0 / (0.2 - (1.0 - (-1.0f64).exp()) * 0.1)).abs() < 1e-9,
+            "{}",
+            iv(&r)
+        );
+        let r = smooth_running(&r, &at(10), Duration::from_secs(10));
+        assert!(1.0 / iv(&r) < 0.1 + 0.15 * 0.1, "{}", iv(&r));
+        // The same step the other way moves less than a tenth as far.
+        let up = smooth_running(&at(10), &at(5), Duration::from_secs(10));
+        let down = smooth_running(&at(5), &at(10), Duration::from_secs(10));
+        let up_share = (1.0 / iv(&up) - 0.1) / 0.1;
+        let down_share = (0.2 - 1.0 / iv(&down)) / 0.1;
+        assert!(up_share * 10.0 < down_share, "{up_share} {down_share}");
     }
 
     #[test]

@@ -26,6 +26,13 @@ pub const GROUPS: [(&str, u8, u64); 4] = [
     ("inventory", 4, 15),
 ];
 
+/// Minutes 2, 5 and 8 of a run (`[60 s, 120 s)`, …) are incidents: the
+/// org's status answers change at every poll, which sends adaptive polling
+/// towards its 5 s minimum; otherwise they change every 2 minutes.
+pub fn incident(at_ms: u64) -> bool {
+    at_ms / 60_000 % 3 == 1
+}
+
 /// The org's rate, in thousandths of a request per millisecond: 10 rps.
 pub const ORG_RATE_PER_MS: i64 = 10;
 /// The org's burst: 10 requests.
