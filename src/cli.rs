@@ -14,6 +14,7 @@ use crate::control::client::{Connection, connect};
 use crate::control::protocol::{Reply, Request};
 use crate::control::text::{self, Output};
 use crate::core::catalog::Catalog;
+use crate::core::ownership;
 use crate::core::plan;
 use crate::engine::settings::SettingsLayers;
 use crate::model::{MonitoringSettings, Profile, SchedulerMode, human_secs};
@@ -68,6 +69,12 @@ pub enum Command {
         /// `table` (default) or `json`.
         #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
         format: PlanFormat,
+        /// Also print each member's expected share of the fleet if it were
+        /// shared by members: a count (members named `member-1` …) or the
+        /// members' names, comma-separated. Who owns what depends on the
+        /// names (rendezvous hashing of budget pools over the members).
+        #[arg(long, value_name = "N|NAMES")]
+        members: Option<String>,
     },
     /// Run one group's value rules on a saved body, offline, and print the
     /// samples in the Prometheus text format (skipped samples on stderr).
@@ -317,7 +324,8 @@ fn over_budget(e: plan::OverBudget) -> Failure {
 
 /// `pollster plan`: the solved plan of every pool, as a table or JSON.
 /// A pool over budget is shown, not an error: the plan is what explains it.
-pub fn plan(file: &Path, format: PlanFormat) -> Result<String, Failure> {
+pub fn plan(file: &Path, format: PlanFormat, members: Option<&str>) -> Result<String, Failure> {
+    let members = members.map(parse_members).transpose()?;
     let c = load_config(Some(file))?;
     let (cat, settings) = config_plan(&c)?;
     let pools = plan::solve_all(
@@ -327,17 +335,99 @@ pub fn plan(file: &Path, format: PlanFormat) -> Result<String, Failure> {
         &Default::default(),
         &Default::default(),
     );
+    let shares = members.map(|m| {
+        let tasks = plan::tasks(&cat, &settings.scheduler, &pools, &Default::default());
+        let loads = ownership::loads(cat.budgets.iter().map(|b| b.name.as_str()), &tasks);
+        ownership::shares(&loads, &m)
+    });
     Ok(match format {
-        PlanFormat::Table => plan_table(&pools),
+        PlanFormat::Table => {
+            let mut s = plan_table(&pools);
+            if let Some(shares) = &shares {
+                s.push_str(&shares_table(shares));
+            }
+            s
+        }
         PlanFormat::Json => {
-            let doc = serde_json::json!({
+            let mut doc = serde_json::json!({
                 "pools": pools.values().map(PoolView::from_status).collect::<Vec<_>>(),
             });
+            if let Some(shares) = &shares {
+                doc["members"] = shares
+                    .iter()
+                    .map(|s| {
+                        serde_json::json!({
+                            "name": s.member,
+                            "units": s.units.iter().map(ownership::Unit::name).collect::<Vec<_>>(),
+                            "tasks": s.tasks,
+                            "rps": s.rps,
+                        })
+                    })
+                    .collect();
+            }
             let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
             s.push('\n');
             s
         }
     })
+}
+
+/// The most members `plan --members` takes.
+const MAX_MEMBERS: usize = 1000;
+
+/// `--members`: a count (`member-1` … `member-N`) or comma-separated names.
+fn parse_members(arg: &str) -> Result<Vec<String>, Failure> {
+    let bad = |why: &str| Failure {
+        code: EXIT_CONFIG,
+        message: format!("--members {arg:?}: {why}"),
+    };
+    let arg_t = arg.trim();
+    let names: Vec<String> = if let Ok(n) = arg_t.parse::<usize>() {
+        if n == 0 || n > MAX_MEMBERS {
+            return Err(bad(&format!("a count of members is 1 to {MAX_MEMBERS}")));
+        }
+        (1..=n).map(|i| format!("member-{i}")).collect()
+    } else {
+        arg_t.split(',').map(|m| m.trim().to_string()).collect()
+    };
+    if names.iter().any(|m| m.is_empty() || m.contains('\0')) {
+        return Err(bad("a member name is empty"));
+    }
+    if names.len() > MAX_MEMBERS {
+        return Err(bad(&format!("at most {MAX_MEMBERS} members")));
+    }
+    let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+    if unique.len() != names.len() {
+        return Err(bad("a member is named twice"));
+    }
+    Ok(names)
+}
+
+/// Each member's expected share, as `plan --members` prints it.
+fn shares_table(shares: &[ownership::Share]) -> String {
+    use std::fmt::Write;
+    let mut out = format!(
+        "\nmembers: {} (each budget pool is polled by one member, an instance with no pool is a unit of its own; \
+         rendezvous hashing on the names)\n",
+        shares.len()
+    );
+    for s in shares {
+        let units: Vec<String> = s.units.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>3} units {:>7} tasks {:>10.3} rps   {}",
+            s.member,
+            s.units.len(),
+            s.tasks,
+            s.rps,
+            if units.is_empty() {
+                "-".to_string()
+            } else {
+                units.join(", ")
+            }
+        );
+    }
+    out
 }
 
 /// The plan as the text table `pollster plan` prints.

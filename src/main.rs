@@ -104,8 +104,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             print!("{report}");
             Ok(())
         }
-        Command::Plan { config, format } => {
-            print!("{}", cli::plan(&config, format)?);
+        Command::Plan {
+            config,
+            format,
+            members,
+        } => {
+            print!("{}", cli::plan(&config, format, members.as_deref())?);
             Ok(())
         }
         Command::Values(args) => {

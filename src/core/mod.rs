@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod classify;
 pub mod interval;
 pub mod maintenance;
+pub mod ownership;
 pub mod phase;
 pub mod plan;
 pub mod queue;

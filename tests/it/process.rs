@@ -173,6 +173,34 @@ fn plan_solves_the_worked_example_and_the_gate_refuses_to_start() {
         }
     }
     assert_eq!(g("c")["stretch_factor"], 4.0);
+    // Shared by members: the one pool has one owner, which carries all of
+    // its tasks and demand; the others own nothing.
+    let (code, out, err) = run(&["plan", "--config", &path, "--format", "json", "--members", "3"]);
+    assert_eq!(code, 0, "{err}");
+    let shared: Value = serde_json::from_str(&out).expect("plan JSON");
+    let members = shared["members"].as_array().expect("members");
+    let names: Vec<&str> = members.iter().filter_map(|m| m["name"].as_str()).collect();
+    assert_eq!(names, ["member-1", "member-2", "member-3"]);
+    let owners: Vec<&Value> = members
+        .iter()
+        .filter(|m| m["units"] == serde_json::json!(["org"]))
+        .collect();
+    assert_eq!(owners.len(), 1, "{members:?}");
+    let rps = owners[0]["rps"].as_f64().expect("rps");
+    assert!((rps - demand).abs() < 1e-9, "{rps} against {demand}");
+    assert!(owners[0]["tasks"].as_u64().is_some_and(|t| t > 0));
+    let idle = members
+        .iter()
+        .filter(|m| m["tasks"] == 0 && m["units"] == serde_json::json!([]));
+    assert_eq!(idle.count(), 2);
+    let (code, table, err) = run(&["plan", "--config", &path, "--members", "east,west"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(table.contains("members: 2") && table.contains("pool:org"), "{table}");
+    for bad in ["0", "a,a", "a,,b"] {
+        let (code, _, err) = run(&["plan", "--config", &path, "--members", bad]);
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(err.contains("--members"), "{bad}: {err}");
+    }
     let (code, table, err) = run(&["plan", "--config", &path]);
     assert_eq!(code, 0, "{err}");
     for needle in ["pool org", "OVER BUDGET", "the budget carries it", "ex/c", "20m"] {
