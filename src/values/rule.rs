@@ -111,8 +111,9 @@ impl OneOrMany {
     }
 }
 
-/// A rule's `value` as written: a pointer (or `@count`), or a sum of
-/// fields, divided by another sum when `over` is given.
+/// A rule's `value` as written: a pointer (or `@parent/POINTER`, or
+/// `@count`), or a sum of fields, divided by another sum when `over` is
+/// given.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ValueSpec {
@@ -167,7 +168,8 @@ pub struct ValueRule {
     /// one of the strings, or is there (`true`) or not (`false`).
     #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
     pub where_: Option<BTreeMap<String, OneOrMany>>,
-    /// A pointer inside the element, `@count` (the number of elements
+    /// A pointer inside the element, `@parent/POINTER` (a field of the
+    /// element holding a `nested` one), `@count` (the number of elements
     /// kept), or `{ sum = [POINTER, …], over = [POINTER, …] }` (the sum of
     /// fields, divided by the sum of `over` when given). Not used by `info`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

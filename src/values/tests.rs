@@ -1120,6 +1120,23 @@ fn a_value_read_from_the_parent_and_keep_first() {
     let x = extract(&[radio(false)], &body, None, DEFAULT_MAX_SERIES);
     assert_eq!(x.samples.len(), 2);
     assert_eq!(x.skipped_for(SkipReason::Duplicate), 2);
+    // Beyond the samples compared one by one (a table by hash): the same.
+    let many: Vec<Value> = (0..20)
+        .map(|i| {
+            let sets: Vec<Value> = ["corp", "guest"]
+                .iter()
+                .flat_map(|_| [("2.4", 1), ("5", 36 + i)])
+                .map(|(band, ch)| json!({"radio": {"band": band, "channel": ch}}))
+                .collect();
+            json!({"serial": format!("Q3-{i}"), "basicServiceSets": sets})
+        })
+        .collect();
+    let x = extract(&[radio(true)], &Value::Array(many.clone()), None, DEFAULT_MAX_SERIES);
+    assert_eq!(x.samples.len(), 40);
+    assert!(x.skipped.is_empty(), "{:?}", x.skipped);
+    let x = extract(&[radio(false)], &Value::Array(many), None, DEFAULT_MAX_SERIES);
+    assert_eq!(x.samples.len(), 40);
+    assert_eq!(x.skipped_for(SkipReason::Duplicate), 40);
     // Another rule's series is still a duplicate: the second rule's four
     // repeat the first rule's two series (and the first repeats itself twice).
     let x = extract(&[radio(false), radio(true)], &body, None, DEFAULT_MAX_SERIES);
