@@ -161,7 +161,7 @@ mod tests {
     fn group_counts_are_in_range() {
         for t in parsed() {
             assert!(
-                (6..=40).contains(&t.groups.len()),
+                (6..=48).contains(&t.groups.len()),
                 "{}: {} groups",
                 t.name,
                 t.groups.len()

@@ -440,6 +440,14 @@ fn value_rule_errors_name_the_rule_key_type_and_group() {
     let e = expect_file_error(&clash, "types[0].groups[0].values[1].metric", "\"pve_up\"");
     assert!(e.message.contains("types[0].groups[0].values[0]"), "{e}");
 
+    let no_each = format!("{group}[[types.groups.values]]\nmetric = \"poe\"\nvalue = \"/w\"\naggregate = \"sum\"\n");
+    let e = expect_file_error(&no_each, "types[0].groups[0].values[0].aggregate", "\"sum\"");
+    assert!(e.message.contains("set each"), "{e}");
+    let bad_slug =
+        format!("{group}[[types.groups.values]]\nmetric = \"usage\"\nvalue = \"/t\"\nslug = [\"category\"]\n");
+    let e = expect_file_error(&bad_slug, "types[0].groups[0].values[0].slug", "\"category\"");
+    assert!(e.message.contains("names no label"), "{e}");
+
     let limit = format!("{group}max_series = 0\n");
     expect_file_error(&limit, "types[0].groups[0].max_series", "0");
 }

@@ -12,7 +12,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use super::pointer::Pointer;
-use super::rule::{Filter, MetricKind, Rule, TimeFormat, ValueSource};
+use super::rule::{Aggregate, Filter, MetricKind, Rule, TimeFormat, ValueSource};
 use super::template::{Context, Rendered};
 use super::text::push_text;
 
@@ -88,11 +88,20 @@ impl Seen {
     }
 
     /// Records `samples[at]`, which is being added, unless an earlier
-    /// sample is the same series: then `false`.
-    fn insert(&mut self, samples: &[Sample], metric: &Arc<str>, labels: &[(Arc<str>, String)], at: usize) -> bool {
+    /// sample is the same series: then its index.
+    fn insert(
+        &mut self,
+        samples: &[Sample],
+        metric: &Arc<str>,
+        labels: &[(Arc<str>, String)],
+        at: usize,
+    ) -> Result<(), usize> {
         let same = |s: &Sample| (Arc::ptr_eq(&s.metric, metric) || s.metric == *metric) && s.labels == labels;
         if at < Self::SCAN {
-            return !samples[..at].iter().any(same);
+            return match samples[..at].iter().position(same) {
+                Some(i) => Err(i),
+                None => Ok(()),
+            };
         }
         if self.by_hash.is_empty() {
             // Crossing the scan limit: index what is there.
@@ -108,14 +117,18 @@ impl Seen {
         match self.by_hash.entry(Self::hash(metric, labels)) {
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(at as u32);
-                true
+                Ok(())
             }
             std::collections::hash_map::Entry::Occupied(o) => {
-                if same(&samples[*o.get() as usize]) || self.collided.iter().any(|i| same(&samples[*i as usize])) {
-                    return false;
+                let first = *o.get() as usize;
+                if same(&samples[first]) {
+                    return Err(first);
+                }
+                if let Some(&i) = self.collided.iter().find(|&&i| same(&samples[i as usize])) {
+                    return Err(i as usize);
                 }
                 self.collided.push(at as u32);
-                true
+                Ok(())
             }
         }
     }
@@ -156,14 +169,64 @@ pub fn extract(rules: &[Rule], body: &Value, item: Option<&str>, max_series: usi
     x.finish()
 }
 
+/// One series of `aggregate` rules, being combined.
+#[derive(Debug)]
+struct Pending {
+    metric: Arc<str>,
+    labels: Labels,
+    how: Aggregate,
+    /// The sum, the least or the greatest value so far.
+    acc: f64,
+    /// How many values went in.
+    n: u64,
+}
+
+/// The series of `aggregate` rules, in the order they first appear, and
+/// where each is by metric and labels. Empty (no allocation) for rules
+/// without `aggregate`.
+#[derive(Debug, Default)]
+struct Combined {
+    pending: Vec<Pending>,
+    at: FxHashMap<(Arc<str>, Labels), usize>,
+}
+
+impl Combined {
+    /// Adds one element's value to the series of `labels`.
+    fn add(&mut self, rule: &Rule, how: Aggregate, labels: Labels, value: f64) {
+        match self.at.entry((rule.metric.clone(), labels)) {
+            std::collections::hash_map::Entry::Occupied(o) => {
+                let p = &mut self.pending[*o.get()];
+                p.acc = match p.how {
+                    Aggregate::Sum | Aggregate::Avg => p.acc + value,
+                    Aggregate::Min => p.acc.min(value),
+                    Aggregate::Max => p.acc.max(value),
+                };
+                p.n += 1;
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                self.pending.push(Pending {
+                    metric: rule.metric.clone(),
+                    labels: v.key().1.clone(),
+                    how,
+                    acc: value,
+                    n: 1,
+                });
+                v.insert(self.pending.len() - 1);
+            }
+        }
+    }
+}
+
 /// Runs a group's rules on several bodies (a fan-out's items) as one
-/// extraction: `max_series` bounds the samples of them all, and a series
-/// another item already gave is a duplicate.
+/// extraction: `max_series` bounds the samples of them all, a series
+/// another item already gave is a duplicate, and the series of
+/// `aggregate` rules combine the elements of every item.
 #[derive(Debug)]
 pub struct Extractor {
     out: Extraction,
     seen: Seen,
     max_series: usize,
+    combined: Combined,
 }
 
 impl Extractor {
@@ -172,6 +235,7 @@ impl Extractor {
             out: Extraction::default(),
             seen: Seen::default(),
             max_series,
+            combined: Combined::default(),
         }
     }
 
@@ -190,13 +254,78 @@ impl Extractor {
     /// Runs `rules` on one body, with the item, item fields and facts of
     /// `cx` (its `key` is ignored: each element brings its own).
     pub fn feed_in(&mut self, rules: &[Rule], body: &Value, cx: Context<'_>) {
+        let mut sink = Sink {
+            out: &mut self.out,
+            seen: &mut self.seen,
+            max_series: self.max_series,
+            combined: &mut self.combined,
+        };
         for rule in rules {
-            run_rule(rule, body, cx, self.max_series, &mut self.seen, &mut self.out);
+            run_rule(rule, body, cx, &mut sink);
         }
     }
 
-    pub fn finish(self) -> Extraction {
+    /// The samples, the combined series of `aggregate` rules last (in the
+    /// order they first appeared).
+    pub fn finish(mut self) -> Extraction {
+        let mut sink = Sink {
+            out: &mut self.out,
+            seen: &mut self.seen,
+            max_series: self.max_series,
+            combined: &mut Combined::default(),
+        };
+        for p in std::mem::take(&mut self.combined.pending) {
+            let value = match p.how {
+                Aggregate::Avg => p.acc / p.n as f64,
+                Aggregate::Sum | Aggregate::Min | Aggregate::Max => p.acc,
+            };
+            if value.is_finite() {
+                sink.push(&p.metric, p.labels, value, None);
+            } else {
+                sink.out.skip(&p.metric, SkipReason::NotNumber);
+            }
+        }
         self.out
+    }
+}
+
+/// Where a rule's samples go.
+struct Sink<'a> {
+    out: &'a mut Extraction,
+    seen: &'a mut Seen,
+    max_series: usize,
+    combined: &'a mut Combined,
+}
+
+impl Sink<'_> {
+    /// Adds a sample unless it is beyond `max_series` or a series already
+    /// given: counted as a `duplicate`, unless the earlier sample is at
+    /// `quiet_from` or after (a `keep_first` rule's own).
+    fn push(&mut self, metric: &Arc<str>, labels: Labels, value: f64, quiet_from: Option<usize>) {
+        if self.out.samples.len() >= self.max_series {
+            self.out.skip(metric, SkipReason::Limit);
+            return;
+        }
+        if let Err(earlier) = self
+            .seen
+            .insert(&self.out.samples, metric, &labels, self.out.samples.len())
+        {
+            if quiet_from.is_none_or(|from| earlier < from) {
+                self.out.skip(metric, SkipReason::Duplicate);
+            }
+            return;
+        }
+        self.out.samples.push(Sample {
+            metric: metric.clone(),
+            labels,
+            value,
+        });
+    }
+
+    /// A sample whose labels name a fact the instance has not learned yet.
+    fn waiting(&mut self, metric: &Arc<str>) {
+        self.out.skip(metric, SkipReason::Missing);
+        self.out.waiting_for_facts = true;
     }
 }
 
@@ -217,7 +346,7 @@ impl<A: Iterator, B: Iterator<Item = A::Item>> Iterator for Either<A, B> {
     }
 }
 
-fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen: &mut Seen, out: &mut Extraction) {
+fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, sink: &mut Sink<'_>) {
     // The elements, without collecting them: most rules read one body or
     // one array, and a poll runs every rule.
     let (array, object): (&[Value], Option<&serde_json::Map<String, Value>>) = match &rule.each {
@@ -226,7 +355,7 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
             Some(Value::Array(items)) => (items.as_slice(), None),
             Some(Value::Object(map)) => (&[], Some(map)),
             _ => {
-                out.skip(&rule.metric, SkipReason::Missing);
+                sink.out.skip(&rule.metric, SkipReason::Missing);
                 return;
             }
         },
@@ -258,33 +387,18 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
     };
     let elements = elements.filter(|(_, element, _)| keep(rule, element));
 
-    let mut emit = |labels: Option<Vec<(Arc<str>, String)>>, value: f64, out: &mut Extraction| {
-        let Some(labels) = labels else {
-            // A fact the instance has not learned yet.
-            out.skip(&rule.metric, SkipReason::Missing);
-            out.waiting_for_facts = true;
-            return;
-        };
-        if out.samples.len() >= max_series {
-            out.skip(&rule.metric, SkipReason::Limit);
-            return;
-        }
-        if !seen.insert(&out.samples, &rule.metric, &labels, out.samples.len()) {
-            out.skip(&rule.metric, SkipReason::Duplicate);
-            return;
-        }
-        out.samples.push(Sample {
-            metric: rule.metric.clone(),
-            labels,
-            value,
-        });
+    // A `keep_first` rule's own samples start here.
+    let quiet_from = rule.keep_first.then_some(sink.out.samples.len());
+    let emit = |labels: Option<Labels>, value: f64, sink: &mut Sink<'_>| match labels {
+        Some(labels) => sink.push(&rule.metric, labels, value, quiet_from),
+        None => sink.waiting(&rule.metric),
     };
 
     if rule.value == ValueSource::Count {
         if !rule.labels.iter().any(|l| l.per_element) {
             let n = elements.count();
             let labels = labels_of(rule, body, body, Context { key: None, ..cx });
-            emit(labels, n as f64 * rule.scale, out);
+            emit(labels, n as f64 * rule.scale, sink);
             return;
         }
         // `count_by`: one count per set of the per-element labels, in the
@@ -293,8 +407,7 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
         let mut at: FxHashMap<Labels, usize> = FxHashMap::default();
         for (key, element, parent) in elements {
             let Some(labels) = labels_of(rule, element, body, Context { key, parent, ..cx }) else {
-                out.skip(&rule.metric, SkipReason::Missing);
-                out.waiting_for_facts = true;
+                sink.waiting(&rule.metric);
                 continue;
             };
             match at.get(&labels) {
@@ -306,7 +419,7 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
             }
         }
         for (labels, n) in counts {
-            emit(Some(labels), n as f64 * rule.scale, out);
+            emit(Some(labels), n as f64 * rule.scale, sink);
         }
         return;
     }
@@ -314,9 +427,13 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
         let cx = Context { key, parent, ..cx };
         match rule.kind {
             MetricKind::Stateset => {
-                let ValueSource::Field(p) = &rule.value else { continue };
+                let found_at = match &rule.value {
+                    ValueSource::Field(p) => p.resolve(element),
+                    ValueSource::ParentField(p) => parent.and_then(|pa| p.resolve(pa)),
+                    _ => continue,
+                };
                 let mut found = String::new();
-                let has = match p.resolve(element) {
+                let has = match found_at {
                     None | Some(Value::Null) => false,
                     Some(v) => {
                         push_text(v, &mut found);
@@ -324,8 +441,7 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
                     }
                 };
                 let Some(labels) = labels_of(rule, element, element, cx) else {
-                    out.skip(&rule.metric, SkipReason::Missing);
-                    out.waiting_for_facts = true;
+                    sink.waiting(&rule.metric);
                     continue;
                 };
                 for state in &rule.states {
@@ -333,19 +449,24 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, max_series: usize, seen:
                     let at = l.partition_point(|(n, _)| **n < *rule.state_label);
                     l.insert(at, (rule.state_label.clone(), state.to_string()));
                     let on = has && found == **state;
-                    emit(Some(l), if on { 1.0 } else { 0.0 }, out);
+                    emit(Some(l), if on { 1.0 } else { 0.0 }, sink);
                 }
             }
             _ => {
                 let value = match &rule.value {
                     ValueSource::One => Ok(1.0),
                     ValueSource::Field(p) => number(rule, p.resolve(element)),
+                    ValueSource::ParentField(p) => number(rule, parent.and_then(|pa| p.resolve(pa))),
                     ValueSource::Sum { terms, over } => sum(rule, terms, over, element),
                     ValueSource::Count => unreachable!("handled above"),
                 };
-                match value {
-                    Ok(v) => emit(labels_of(rule, element, element, cx), v, out),
-                    Err(reason) => out.skip(&rule.metric, reason),
+                match (value, rule.aggregate) {
+                    (Ok(v), None) => emit(labels_of(rule, element, element, cx), v, sink),
+                    (Ok(v), Some(how)) => match labels_of(rule, element, element, cx) {
+                        Some(labels) => sink.combined.add(rule, how, labels, v),
+                        None => sink.waiting(&rule.metric),
+                    },
+                    (Err(reason), _) => sink.out.skip(&rule.metric, reason),
                 }
             }
         }
@@ -384,7 +505,15 @@ fn labels_of(rule: &Rule, element: &Value, body: &Value, cx: Context<'_>) -> Opt
             element
         };
         match l.template.render(read, cx, &mut text) {
-            Rendered::Done => {}
+            Rendered::Done if l.replace.is_empty() && !l.slug => {}
+            Rendered::Done => {
+                rewrite(l, &mut text);
+                if text.is_empty()
+                    && let Some(d) = &l.default
+                {
+                    text.push_str(d);
+                }
+            }
             Rendered::NoFact => return None,
             Rendered::Missing => {
                 text.clear();
@@ -408,6 +537,37 @@ fn labels_of(rule: &Rule, element: &Value, body: &Value, cx: Context<'_>) -> Opt
     // Compiled rules keep labels in name order already (a BTreeMap).
     debug_assert!(labels.windows(2).all(|w| w[0].0 < w[1].0));
     Some(labels)
+}
+
+/// A label's `replace` pairs, in order, then its `slug`.
+fn rewrite(l: &super::rule::LabelRule, text: &mut String) {
+    for (from, to) in l.replace.iter() {
+        if text.contains(&**from) {
+            *text = text.replace(&**from, to);
+        }
+    }
+    if l.slug {
+        *text = slug(text);
+    }
+}
+
+/// Lowercase (Unicode's full mapping, as Python's `str.lower`), only
+/// letters, digits and `_`, no `_` twice in a row or at either end.
+pub(super) fn slug(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.to_lowercase().chars() {
+        if c == '_' {
+            if !out.is_empty() && !out.ends_with('_') {
+                out.push('_');
+            }
+        } else if c.is_alphanumeric() {
+            out.push(c);
+        }
+    }
+    if out.ends_with('_') {
+        out.pop();
+    }
+    out
 }
 
 /// A `value = { sum = …, over = … }`: the fields added (numbers, booleans

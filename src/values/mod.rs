@@ -20,8 +20,8 @@ pub use extract::{DEFAULT_MAX_SERIES, Extraction, Extractor, Sample, SkipReason,
 pub use lookup::{Lookup, LookupError};
 pub use pointer::{Pointer, PointerError};
 pub use rule::{
-    ClashError, Filter, LabelRule, MetricKind, OneOrMany, RESERVED_LABELS, Rule, RuleError, SumSpec, TimeFormat,
-    ValueRule, ValueSource, ValueSpec, check_families, valid_label_name, valid_metric_name,
+    Aggregate, ClashError, Filter, LabelRule, MetricKind, OneOrMany, RESERVED_LABELS, Rule, RuleError, SumSpec,
+    TimeFormat, ValueRule, ValueSource, ValueSpec, check_families, valid_label_name, valid_metric_name,
 };
 pub use template::{Context, Rendered, Template, TemplateError};
 pub use text::{Facts, push_text};

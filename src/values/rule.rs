@@ -78,6 +78,29 @@ pub enum TimeFormat {
     Rfc3339,
 }
 
+/// How `aggregate` combines the values of the elements that give one
+/// series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    Sum,
+    /// The arithmetic mean.
+    Avg,
+    Min,
+    Max,
+}
+
+impl Aggregate {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Aggregate::Sum => "sum",
+            Aggregate::Avg => "avg",
+            Aggregate::Min => "min",
+            Aggregate::Max => "max",
+        }
+    }
+}
+
 impl OneOrMany {
     fn into_filter(self) -> Filter {
         match self {
@@ -88,8 +111,9 @@ impl OneOrMany {
     }
 }
 
-/// A rule's `value` as written: a pointer (or `@count`), or a sum of
-/// fields, divided by another sum when `over` is given.
+/// A rule's `value` as written: a pointer (or `@parent/POINTER`, or
+/// `@count`), or a sum of fields, divided by another sum when `over` is
+/// given.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ValueSpec {
@@ -144,7 +168,8 @@ pub struct ValueRule {
     /// one of the strings, or is there (`true`) or not (`false`).
     #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
     pub where_: Option<BTreeMap<String, OneOrMany>>,
-    /// A pointer inside the element, `@count` (the number of elements
+    /// A pointer inside the element, `@parent/POINTER` (a field of the
+    /// element holding a `nested` one), `@count` (the number of elements
     /// kept), or `{ sum = [POINTER, …], over = [POINTER, …] }` (the sum of
     /// fields, divided by the sum of `over` when given). Not used by `info`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,6 +215,25 @@ pub struct ValueRule {
     /// a model `MX68` the type `MX`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub truncate: BTreeMap<String, usize>,
+    /// Label name → text replacements made in order, each `[FROM, TO]`
+    /// (`category = [["&", "_and_"], [" ", "_"]]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replace: BTreeMap<String, Vec<(String, String)>>,
+    /// Labels made slugs (after `replace`): lowercase, only letters,
+    /// digits and `_`, no `_` twice in a row or at either end; an empty
+    /// result takes the label's default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slug: Vec<String>,
+    /// `sum`, `avg`, `min` or `max`: the elements (of `each`, `nested`,
+    /// and of every fan-out item of a poll) whose labels are the same give
+    /// one sample, their values combined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<Aggregate>,
+    /// Elements that give a series this rule already gave are expected
+    /// (a list that repeats a thing): the first is kept, and the others
+    /// are dropped without being counted as `duplicate`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_first: bool,
 }
 
 /// A rule that failed its check: the key inside the rule and why.
@@ -217,6 +261,9 @@ impl RuleError {
 pub enum ValueSource {
     /// A field inside the element.
     Field(Pointer),
+    /// A field of the element of `each` that holds a `nested` element
+    /// (`@parent/POINTER`).
+    ParentField(Pointer),
     /// The number of elements `each` and `where` keep.
     Count,
     /// Always 1 (`info`).
@@ -239,6 +286,10 @@ pub struct LabelRule {
     pub per_element: bool,
     /// Keep at most this many characters (`truncate`).
     pub max_chars: Option<usize>,
+    /// Text replacements made in order (`replace`).
+    pub replace: Box<[(Box<str>, Box<str>)]>,
+    /// Made a slug after the replacements (`slug`).
+    pub slug: bool,
 }
 
 /// A checked rule, ready to run on bodies.
@@ -261,6 +312,10 @@ pub struct Rule {
     pub parse: Option<TimeFormat>,
     pub states: Vec<Arc<str>>,
     pub state_label: Arc<str>,
+    /// Elements with the same labels give one sample, combined so.
+    pub aggregate: Option<Aggregate>,
+    /// A series the rule already gave is dropped without being counted.
+    pub keep_first: bool,
 }
 
 impl Rule {
@@ -380,7 +435,7 @@ impl ValueRule {
     }
 
     /// `value`, checked.
-    fn compile_value(&self, each: &Option<Pointer>) -> Result<ValueSource, RuleError> {
+    fn compile_value(&self, each: &Option<Pointer>, nested: &Option<Pointer>) -> Result<ValueSource, RuleError> {
         let value = match (self.kind, &self.value) {
             (MetricKind::Info | MetricKind::Stateset, Some(v @ ValueSpec::Sum(_))) => {
                 return Err(RuleError::new(
@@ -421,6 +476,28 @@ impl ValueRule {
                 "counts the elements of `each`; set each",
             ));
         }
+        if let (ValueSource::ParentField(p), None) = (&value, nested) {
+            return Err(RuleError::new(
+                "value",
+                format!("@parent{p}"),
+                "@parent reads the element of `each` that holds a `nested` one; set nested",
+            ));
+        }
+        if let Some(a) = self.aggregate {
+            let why = match (&value, self.kind) {
+                (_, MetricKind::Info | MetricKind::Stateset) => {
+                    Some(format!("a {} has no number to combine", self.kind.as_str()))
+                }
+                (ValueSource::Count, _) => Some(
+                    "@count already gives one sample for the elements; aggregate combines their values".to_string(),
+                ),
+                _ if each.is_none() => Some("combines the elements of `each`; set each".to_string()),
+                _ => None,
+            };
+            if let Some(why) = why {
+                return Err(RuleError::new("aggregate", a.as_str(), why));
+            }
+        }
         Ok(value)
     }
 
@@ -448,6 +525,9 @@ impl ValueRule {
                 ));
             }
             (_, Some("@count")) => ValueSource::Count,
+            (_, Some(v)) if v.starts_with("@parent/") => {
+                ValueSource::ParentField(pointer("value", &v["@parent".len()..])?)
+            }
             (_, Some(v)) => ValueSource::Field(pointer("value", v)?),
         })
     }
@@ -457,7 +537,7 @@ impl ValueRule {
     /// Checks the rule and parses its pointers and templates.
     pub fn compile(&self) -> Result<Rule, RuleError> {
         let (each, nested, filters) = self.compile_head()?;
-        let value = self.compile_value(&each)?;
+        let value = self.compile_value(&each, &nested)?;
 
         if !self.map.is_empty() && matches!(self.kind, MetricKind::Counter | MetricKind::Stateset) {
             return Err(RuleError::new(
@@ -496,7 +576,8 @@ impl ValueRule {
                 TimeFormat::Date => "date",
                 TimeFormat::Rfc3339 => "rfc3339",
             };
-            if !matches!(value, ValueSource::Field(_)) || !matches!(self.kind, MetricKind::Gauge | MetricKind::Counter)
+            if !matches!(value, ValueSource::Field(_) | ValueSource::ParentField(_))
+                || !matches!(self.kind, MetricKind::Gauge | MetricKind::Counter)
             {
                 return Err(RuleError::new(
                     "parse",
@@ -591,6 +672,41 @@ impl ValueRule {
                 return Err(RuleError::new(key, n, "keeps no character; the label would be empty"));
             }
         }
+        for (name, pairs) in &self.replace {
+            let key = format!("replace.{name}");
+            if !self.labels.contains_key(name) {
+                return Err(RuleError::new(
+                    key,
+                    format!("{} pairs", pairs.len()),
+                    "names no label of this rule",
+                ));
+            }
+            if pairs.is_empty() {
+                return Err(RuleError::new(key, "[]", "lists no replacement"));
+            }
+            if let Some((from, _)) = pairs.iter().find(|(from, _)| from.is_empty()) {
+                return Err(RuleError::new(
+                    key,
+                    format!("{from:?}"),
+                    "an empty text has nothing to replace",
+                ));
+            }
+        }
+        for (i, name) in self.slug.iter().enumerate() {
+            if !self.labels.contains_key(name) {
+                return Err(RuleError::new("slug", name, "names no label of this rule"));
+            }
+            if self.slug[..i].contains(name) {
+                return Err(RuleError::new("slug", name, "is listed twice"));
+            }
+        }
+        if self.keep_first && self.aggregate.is_some() {
+            return Err(RuleError::new(
+                "keep_first",
+                "true",
+                "aggregate already gives each series once; remove keep_first",
+            ));
+        }
         let mut labels = Vec::with_capacity(self.labels.len());
         for (name, text) in &self.labels {
             let key = format!("labels.{name}");
@@ -633,6 +749,17 @@ impl ValueRule {
                 sorted: self.sorted_lists.contains(name),
                 per_element,
                 max_chars: self.truncate.get(name).copied(),
+                replace: self
+                    .replace
+                    .get(name)
+                    .map(|pairs| {
+                        pairs
+                            .iter()
+                            .map(|(f, t)| (f.as_str().into(), t.as_str().into()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                slug: self.slug.contains(name),
             });
         }
 
@@ -659,6 +786,8 @@ impl ValueRule {
                 sorted: false,
                 per_element: false,
                 max_chars: None,
+                replace: Box::default(),
+                slug: false,
             });
         }
         // Labels in name order, fixed ones among the others.
@@ -679,6 +808,8 @@ impl ValueRule {
             parse: self.parse,
             states: self.states.iter().map(|s| Arc::from(s.as_str())).collect(),
             state_label,
+            aggregate: self.aggregate,
+            keep_first: self.keep_first,
         })
     }
 }
@@ -696,7 +827,7 @@ pub struct ClashError {
 }
 
 /// Checks that rules feeding the same metric agree: one kind, one help,
-/// the same label names. `rules` are every rule of the configuration, in
+/// one `aggregate` (or none), the same label names. `rules` are every rule of the configuration, in
 /// order (several groups and types may feed one metric).
 pub fn check_families(rules: &[&Rule]) -> Result<(), ClashError> {
     let mut first: BTreeMap<&str, usize> = BTreeMap::new();
@@ -721,6 +852,14 @@ pub fn check_families(rules: &[&Rule]) -> Result<(), ClashError> {
         }
         if f.help != r.help {
             return Err(clash(format!("help {:?} here, {:?} in the first rule", r.help, f.help)));
+        }
+        if f.aggregate != r.aggregate {
+            let text = |a: Option<Aggregate>| a.map_or("none", Aggregate::as_str);
+            return Err(clash(format!(
+                "aggregate {} here, {} in the first rule (the series one rule combines, another would give again)",
+                text(r.aggregate),
+                text(f.aggregate)
+            )));
         }
         if f.label_names() != r.label_names() {
             return Err(clash(format!(

@@ -1,4 +1,5 @@
-//! Label values: a pointer (`/id`), the element's object key (`@key`), the
+//! Label values: a pointer (`/id`), the element itself (`@element`), the
+//! element's object key (`@key`), the
 //! fan-out item (`@item`, or one of its fields: `@item.node`), an instance
 //! fact (`@fact.cluster`), a field of a lookup table's row
 //! (`@lookup.device[/serial].name`, see [`super::lookup`]), a field of the
@@ -15,6 +16,8 @@ use super::text::{Facts, push_text};
 pub enum Part {
     Text(Box<str>),
     Field(Pointer),
+    /// The element itself (`@element`): a text or number inside a list.
+    Element,
     /// The object key of the element, when `each` names an object.
     Key,
     /// The fan-out item the body belongs to.
@@ -46,7 +49,7 @@ pub enum TemplateError {
     #[error("is empty")]
     Empty,
     #[error(
-        "a label is a pointer (/id), @key, @item, @item.FIELD, @fact.NAME, @lookup.TABLE[KEY].FIELD, @parent/POINTER, or a template with {{…}} such as \"{{/type}}/{{/vmid}}\""
+        "a label is a pointer (/id), @element, @key, @item, @item.FIELD, @fact.NAME, @lookup.TABLE[KEY].FIELD, @parent/POINTER, or a template with {{…}} such as \"{{/type}}/{{/vmid}}\""
     )]
     Bare,
     #[error("a {{ is not closed")]
@@ -82,14 +85,14 @@ pub enum Rendered {
     NoFact,
 }
 
-const PLACEHOLDERS: &str = "only @key, @item, @item.FIELD, @fact.NAME, @lookup.TABLE[KEY].FIELD and @parent/POINTER";
+const PLACEHOLDERS: &str =
+    "only @element, @key, @item, @item.FIELD, @fact.NAME, @lookup.TABLE[KEY].FIELD and @parent/POINTER";
 
 /// `TABLE[KEY].FIELD` of `@lookup.TABLE[KEY].FIELD`, the key being a
 /// pointer or one of `@key`, `@item`, `@item.FIELD`, `@fact.NAME`.
 fn lookup(inner: &str, rest: &str) -> Result<Part, TemplateError> {
     let bad = |why: &'static str| TemplateError::BadPlaceholder(inner.into(), why);
-    const SHAPE: &str =
-        "a lookup is @lookup.TABLE[KEY].FIELD, KEY a pointer (/serial), @key, @item, @item.FIELD or @fact.NAME";
+    const SHAPE: &str = "a lookup is @lookup.TABLE[KEY].FIELD, KEY a pointer (/serial), @element, @key, @item, @item.FIELD or @fact.NAME";
     let (table, after) = rest.split_once('[').ok_or(bad(SHAPE))?;
     let (key, field) = after.rsplit_once("].").ok_or(bad(SHAPE))?;
     if !crate::values::valid_label_name(table) || !crate::values::valid_label_name(field) {
@@ -120,6 +123,7 @@ fn placeholder(inner: &str) -> Result<Part, TemplateError> {
         }
     };
     match inner {
+        "@element" => Ok(Part::Element),
         "@key" => Ok(Part::Key),
         "@item" => Ok(Part::Item),
         _ if inner.starts_with("@item.") => named(&inner["@item.".len()..], Part::ItemField),
@@ -287,6 +291,13 @@ fn render_part(part: &Part, element: &Value, cx: Context<'_>, out: &mut String) 
             }
             None => Rendered::NoFact,
         },
+        Part::Element => match element {
+            Value::Null => Rendered::Missing,
+            v => {
+                push_text(v, out);
+                Rendered::Done
+            }
+        },
         Part::Field(p) => match p.resolve(element) {
             None | Some(Value::Null) => Rendered::Missing,
             Some(v) => {
@@ -356,6 +367,10 @@ mod tests {
             "one missing part: the label is missing"
         );
         assert_eq!(render("@item", &doc, none), None);
+        assert_eq!(render("@element", &json!("Q2-A"), none).as_deref(), Some("Q2-A"));
+        assert_eq!(render("sw-{@element}", &json!(7), none).as_deref(), Some("sw-7"));
+        assert_eq!(render("@element", &Value::Null, none), None, "null is missing");
+        assert!(Template::parse("@elements").is_err());
     }
 
     #[test]

@@ -827,3 +827,326 @@ fn duplicates_are_found_below_and_above_the_scan_limit_and_across_items() {
     let x = e.finish();
     assert_eq!((x.samples.len(), x.skipped_for(SkipReason::Duplicate)), (40, 0));
 }
+
+/// A switch's ports, as getDeviceSwitchPortsStatuses gives them.
+fn ports(draws: &[(bool, f64)]) -> Value {
+    Value::Array(
+        draws
+            .iter()
+            .enumerate()
+            .map(|(i, (on, wh))| json!({"portId": (i + 1).to_string(), "poe": {"isAllocated": on}, "powerUsageInWh": wh}))
+            .collect(),
+    )
+}
+
+#[test]
+fn aggregate_combines_the_elements_of_one_series_across_rules_and_items() {
+    let rules = [
+        compile(
+            r#"
+            metric = "switch_poe_wh"
+            each = ""
+            where = { "/poe/isAllocated" = "true" }
+            value = "/powerUsageInWh"
+            labels = { serial = "@item" }
+            aggregate = "sum"
+            "#,
+        ),
+        // The ports without PoE add 0, so a switch without any still has
+        // its series.
+        compile(
+            r#"
+            metric = "switch_poe_wh"
+            each = ""
+            where = { "/poe/isAllocated" = "false" }
+            value = "/poe/isAllocated"
+            labels = { serial = "@item" }
+            aggregate = "sum"
+            "#,
+        ),
+        compile(
+            r#"
+            metric = "network_poe_wh"
+            each = ""
+            where = { "/poe/isAllocated" = "true" }
+            value = "/powerUsageInWh"
+            labels = { network = "@fact.net" }
+            aggregate = "sum"
+            "#,
+        ),
+        compile(
+            r#"
+            metric = "port_wh_avg"
+            each = ""
+            value = "/powerUsageInWh"
+            labels = { serial = "@item" }
+            aggregate = "avg"
+            "#,
+        ),
+        compile(
+            r#"
+            metric = "port_wh_max"
+            each = ""
+            value = "/powerUsageInWh"
+            labels = { serial = "@item" }
+            aggregate = "max"
+            scale = 2
+            "#,
+        ),
+        compile(
+            r#"
+            metric = "port_wh_min"
+            each = ""
+            value = "/powerUsageInWh"
+            aggregate = "min"
+            "#,
+        ),
+    ];
+    let facts = Facts::from([("net".to_string(), "hq".to_string())]);
+    let mut x = Extractor::new(DEFAULT_MAX_SERIES);
+    for (item, body) in [
+        ("sw1", ports(&[(true, 10.5), (false, 3.0), (true, 4.5)])),
+        ("sw2", ports(&[(false, 0.0), (false, 7.0)])),
+    ] {
+        let cx = Context {
+            item: Some(item),
+            facts: Some(&facts),
+            ..Context::default()
+        };
+        x.feed_in(&rules, &body, cx);
+    }
+    let x = x.finish();
+    assert_eq!(
+        series(&x),
+        [
+            "switch_poe_wh{serial=sw1} 15",
+            "network_poe_wh{network=hq} 15",
+            "port_wh_avg{serial=sw1} 6",
+            "port_wh_max{serial=sw1} 21",
+            "port_wh_min{} 0",
+            "switch_poe_wh{serial=sw2} 0",
+            "port_wh_avg{serial=sw2} 3.5",
+            "port_wh_max{serial=sw2} 14",
+        ]
+    );
+    assert!(x.skipped.is_empty(), "{:?}", x.skipped);
+
+    // An element without the value is left out of the average (and
+    // counted); a fact not learned holds the series back.
+    let avg =
+        compile("metric = \"a\"\neach = \"\"\nvalue = \"/u\"\nlabels = { net = \"@fact.net\" }\naggregate = \"avg\"");
+    let body = json!([{"u": 30.9}, {"u": 20.1}, {"x": 1}]);
+    let cx = Context {
+        facts: Some(&facts),
+        ..Context::default()
+    };
+    let mut x = Extractor::new(DEFAULT_MAX_SERIES);
+    x.feed_in(std::slice::from_ref(&avg), &body, cx);
+    let x = x.finish();
+    assert_eq!(series(&x), ["a{net=hq} 25.5"]);
+    assert_eq!(x.skipped_for(SkipReason::Missing), 1);
+    let x = extract(&[avg], &body, None, DEFAULT_MAX_SERIES);
+    assert!(x.samples.is_empty() && x.waiting_for_facts);
+
+    // A combined series counts against max_series like any other.
+    let x = extract(&rules[3..5], &ports(&[(true, 1.0)]), Some("sw1"), 1);
+    assert_eq!(series(&x), ["port_wh_avg{serial=sw1} 1"]);
+    assert_eq!(x.skipped_for(SkipReason::Limit), 1);
+}
+
+#[test]
+fn aggregate_is_checked() {
+    let cases = [
+        (
+            "metric = \"m\"\nvalue = \"/a\"\naggregate = \"sum\"",
+            "aggregate",
+            "set each",
+        ),
+        (
+            "metric = \"m\"\neach = \"\"\nvalue = \"@count\"\naggregate = \"sum\"",
+            "aggregate",
+            "@count",
+        ),
+        (
+            "metric = \"m\"\nkind = \"info\"\neach = \"\"\naggregate = \"avg\"",
+            "aggregate",
+            "info",
+        ),
+        (
+            "metric = \"m\"\neach = \"\"\nvalue = \"/a\"\naggregate = \"avg\"\nkeep_first = true",
+            "keep_first",
+            "aggregate",
+        ),
+    ];
+    for (text, key, why) in cases {
+        let e = compile_err(text);
+        assert_eq!(e.key, key, "{text}");
+        assert!(e.message.contains(why), "{text}: {}", e.message);
+    }
+    assert!(
+        toml::from_str::<ValueRule>("metric = \"m\"\neach = \"\"\nvalue = \"/a\"\naggregate = \"median\"").is_err()
+    );
+
+    // Rules of one metric agree on it.
+    let a = compile("metric = \"m\"\neach = \"\"\nvalue = \"/a\"\naggregate = \"sum\"");
+    let b = compile("metric = \"m\"\neach = \"\"\nvalue = \"/a\"");
+    let e = check_families(&[&a, &b]).expect_err("a clash");
+    assert!(e.message.contains("aggregate none here, sum"), "{}", e.message);
+    let c = compile("metric = \"m\"\neach = \"\"\nvalue = \"/b\"\naggregate = \"sum\"");
+    assert!(check_families(&[&a, &c]).is_ok());
+}
+
+#[test]
+fn replace_and_slug_rewrite_a_label() {
+    let r = compile(
+        r#"
+        metric = "usage_mb"
+        each = ""
+        value = "/total"
+        labels = { category = "/category", raw = "/category", enabled = "/enabled" }
+        replace = { category = [[" & ", "_and_"], ["&", "_and_"], [" - ", "_"], ["-", "_"], [" ", "_"], ["/", "_"]], enabled = [["true", "True"], ["false", "False"]] }
+        slug = ["category"]
+        defaults = { category = "unknown" }
+        "#,
+    );
+    let body = json!([
+        {"category": "Video & music", "total": 1, "enabled": true},
+        {"category": "File sharing/P2P", "total": 2, "enabled": false},
+        {"category": "  Misc. (other) -- VoIP & Chat ", "total": 3},
+        {"category": "ÉTÉ ΟΔΟΣ", "total": 4},
+        {"category": "?!", "total": 5},
+        {"total": 6},
+    ]);
+    let x = extract(&[r], &body, None, DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        [
+            "usage_mb{category=video_and_music,enabled=True,raw=Video & music} 1",
+            "usage_mb{category=file_sharing_p2p,enabled=False,raw=File sharing/P2P} 2",
+            "usage_mb{category=misc_other_voip_and_chat,enabled=,raw=  Misc. (other) -- VoIP & Chat } 3",
+            "usage_mb{category=été_οδος,enabled=,raw=ÉTÉ ΟΔΟΣ} 4",
+            "usage_mb{category=unknown,enabled=,raw=?!} 5",
+            "usage_mb{category=unknown,enabled=,raw=} 6",
+        ]
+    );
+}
+
+#[test]
+fn replace_and_slug_are_checked() {
+    let cases = [
+        (
+            "metric = \"m\"\nvalue = \"/a\"\nreplace = { c = [[\"a\", \"b\"]] }",
+            "replace.c",
+        ),
+        (
+            "metric = \"m\"\nvalue = \"/a\"\nlabels = { c = \"/c\" }\nreplace = { c = [] }",
+            "replace.c",
+        ),
+        (
+            "metric = \"m\"\nvalue = \"/a\"\nlabels = { c = \"/c\" }\nreplace = { c = [[\"\", \"x\"]] }",
+            "replace.c",
+        ),
+        ("metric = \"m\"\nvalue = \"/a\"\nslug = [\"c\"]", "slug"),
+        (
+            "metric = \"m\"\nvalue = \"/a\"\nlabels = { c = \"/c\" }\nslug = [\"c\", \"c\"]",
+            "slug",
+        ),
+    ];
+    for (text, key) in cases {
+        assert_eq!(compile_err(text).key, key, "{text}");
+    }
+    // A pair is two texts.
+    assert!(
+        toml::from_str::<ValueRule>(
+            "metric = \"m\"\nvalue = \"/a\"\nlabels = { c = \"/c\" }\nreplace = { c = [[\"a\"]] }"
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn a_value_read_from_the_parent_and_keep_first() {
+    // STP: each priority once for a list of switches.
+    let stp = json!({"stpBridgePriority": [
+        {"switches": ["Q2-A"], "stpPriority": 4096},
+        {"switches": ["Q2-B", "Q2-C"], "stpPriority": 32768},
+        {"switches": ["Q2-D"]}
+    ]});
+    let r = compile(
+        r#"
+        metric = "stp_priority"
+        each = "/stpBridgePriority"
+        nested = "/switches"
+        value = "@parent/stpPriority"
+        labels = { serial = "@element" }
+        map_default = 32768
+        "#,
+    );
+    let x = extract(&[r], &stp, None, DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        [
+            "stp_priority{serial=Q2-A} 4096",
+            "stp_priority{serial=Q2-B} 32768",
+            "stp_priority{serial=Q2-C} 32768",
+            "stp_priority{serial=Q2-D} 32768",
+        ]
+    );
+    assert!(x.skipped.is_empty(), "{:?}", x.skipped);
+
+    // keep_first: the radios of each AP, one basic service set per SSID on
+    // each radio; the first of each radio is kept, quietly.
+    let body = json!([{"serial": "Q3-A", "basicServiceSets": [
+        {"ssid": "corp", "radio": {"band": "2.4", "index": "0", "channel": 1}},
+        {"ssid": "corp", "radio": {"band": "5", "index": "1", "channel": 100}},
+        {"ssid": "guest", "radio": {"band": "2.4", "index": "0", "channel": 6}},
+        {"ssid": "guest", "radio": {"band": "5", "index": "1", "channel": 149}}
+    ]}]);
+    let radio = |keep_first: bool| {
+        compile(&format!(
+            "metric = \"radio_channel\"\neach = \"\"\nnested = \"/basicServiceSets\"\nvalue = \"/radio/channel\"\n\
+             labels = {{ serial = \"@parent/serial\", band = \"/radio/band\" }}\nkeep_first = {keep_first}"
+        ))
+    };
+    let x = extract(&[radio(true)], &body, None, DEFAULT_MAX_SERIES);
+    assert_eq!(
+        series(&x),
+        [
+            "radio_channel{band=2.4,serial=Q3-A} 1",
+            "radio_channel{band=5,serial=Q3-A} 100"
+        ]
+    );
+    assert!(x.skipped.is_empty(), "{:?}", x.skipped);
+    let x = extract(&[radio(false)], &body, None, DEFAULT_MAX_SERIES);
+    assert_eq!(x.samples.len(), 2);
+    assert_eq!(x.skipped_for(SkipReason::Duplicate), 2);
+    // Beyond the samples compared one by one (a table by hash): the same.
+    let many: Vec<Value> = (0..20)
+        .map(|i| {
+            let sets: Vec<Value> = ["corp", "guest"]
+                .iter()
+                .flat_map(|_| [("2.4", 1), ("5", 36 + i)])
+                .map(|(band, ch)| json!({"radio": {"band": band, "channel": ch}}))
+                .collect();
+            json!({"serial": format!("Q3-{i}"), "basicServiceSets": sets})
+        })
+        .collect();
+    let x = extract(&[radio(true)], &Value::Array(many.clone()), None, DEFAULT_MAX_SERIES);
+    assert_eq!(x.samples.len(), 40);
+    assert!(x.skipped.is_empty(), "{:?}", x.skipped);
+    let x = extract(&[radio(false)], &Value::Array(many), None, DEFAULT_MAX_SERIES);
+    assert_eq!(x.samples.len(), 40);
+    assert_eq!(x.skipped_for(SkipReason::Duplicate), 40);
+    // Another rule's series is still a duplicate: the second rule's four
+    // repeat the first rule's two series (and the first repeats itself twice).
+    let x = extract(&[radio(false), radio(true)], &body, None, DEFAULT_MAX_SERIES);
+    assert_eq!(x.samples.len(), 2);
+    assert_eq!(x.skipped_for(SkipReason::Duplicate), 6);
+
+    // @parent as a value needs nested.
+    let e = compile_err("metric = \"m\"\neach = \"\"\nvalue = \"@parent/stpPriority\"");
+    assert_eq!(e.key, "value");
+    assert!(e.message.contains("set nested"), "{}", e.message);
+    let e = compile_err("metric = \"m\"\neach = \"\"\nnested = \"/s\"\nvalue = \"@parent/a~2\"");
+    assert_eq!(e.key, "value");
+}

@@ -12,7 +12,7 @@ const EXPORTER_NAMES: &[&str] = &["pve_not_backed_up_total non-counter metrics s
 
 /// Families of meraki-dashboard-exporter 0.26.0 that the `meraki` preset
 /// gives under their names (gauges ending in `_total`, `_kb`, `_minutes`,
-/// `_days`, `_count`, `_mbps`, `_watthours`, packet counters without a unit), kept exactly for dashboards (docs/PARITY.md): any
+/// `_days`, `_count`, `_mb`, `_mbps`, `_watthours`, `_watts`, packet counters and priorities without a unit), kept exactly for dashboards (docs/PARITY.md): any
 /// lint finding about these names is accepted.
 const MERAKI_EXPORTER_NAMES: &[&str] = &[
     "meraki_alerts_total_by_network",
@@ -35,7 +35,9 @@ const MERAKI_EXPORTER_NAMES: &[&str] = &[
     "meraki_mr_packets_upstream_lost",
     "meraki_mr_packets_upstream_total",
     "meraki_mr_port_link_negotiation_speed_mbps",
+    "meraki_ms_poe_network_total_watthours",
     "meraki_ms_poe_port_power_watthours",
+    "meraki_ms_poe_total_power_watthours",
     "meraki_ms_port_client_count",
     "meraki_ms_port_packets_broadcast",
     "meraki_ms_port_packets_collisions",
@@ -58,10 +60,15 @@ const MERAKI_EXPORTER_NAMES: &[&str] = &[
     "meraki_ms_ports_by_link_speed_total",
     "meraki_ms_ports_by_media_total",
     "meraki_ms_ports_inactive_total",
+    "meraki_ms_power_usage_watts",
+    "meraki_ms_stp_priority",
     "meraki_network_bluetooth_clients_total",
     "meraki_network_wireless_connection_stats_total",
     "meraki_network_wireless_download_kbps",
     "meraki_network_wireless_upload_kbps",
+    "meraki_org_application_usage_downstream_mb",
+    "meraki_org_application_usage_total_mb",
+    "meraki_org_application_usage_upstream_mb",
     "meraki_org_clients_total",
     "meraki_org_configuration_changes_total",
     "meraki_org_devices_availability_total",

@@ -122,6 +122,9 @@ fn run(api: SimApi, name: &str) -> Run {
                     .collect()
             }
         };
+        // One extraction over every item, as a poll of the group makes it
+        // (an `aggregate` rule combines the items).
+        let mut one = Extractor::new(DEFAULT_MAX_SERIES);
         for item in items {
             let path = match &item {
                 Some(i) => shape::item_path(&group.path, i).expect("an item path"),
@@ -132,18 +135,19 @@ fn run(api: SimApi, name: &str) -> Run {
                 Some(root) => format!("{root}{path}"),
                 None => path,
             };
-            let mut one = Extractor::new(DEFAULT_MAX_SERIES);
             let cx = Context {
                 item: item.as_deref(),
                 facts: Some(&facts),
                 ..Context::default()
             };
             one.feed_in(&rules, &body(api, &path), cx);
-            let x = one.finish();
-            for ((metric, reason), n) in &x.skipped {
-                out.skipped
-                    .push(format!("{}/{:?}: {metric} {} {n}", group.name, item, reason.as_str()));
-            }
+        }
+        let x = one.finish();
+        for ((metric, reason), n) in &x.skipped {
+            out.skipped
+                .push(format!("{}: {metric} {} {n}", group.name, reason.as_str()));
+        }
+        {
             for s in &x.samples {
                 let rule = rules.iter().find(|r| r.metric == s.metric).expect("its rule");
                 let mut line = String::new();
