@@ -115,30 +115,19 @@ impl BudgetState {
         self.running_seen.clone()
     }
 
-    /// What each pool last announced (and the events not yet taken), to
-    /// put back with [`Self::restore_announced`] after a solve that is not
-    /// to count.
-    pub fn announced(&self) -> (Vec<(String, Announced)>, usize) {
-        let pools = self
-            .aimd
-            .iter()
-            .map(|(k, a)| (k.clone(), a.announced().clone()))
-            .collect();
-        (pools, self.events.len())
-    }
-
-    /// Undo the announcements of solves since [`Self::announced`] gave
-    /// `was`: their events are dropped too.
-    pub fn restore_announced(&mut self, was: (Vec<(String, Announced)>, usize)) {
-        for (k, announced) in was.0 {
-            if let Some(a) = self.aimd.get_mut(&k) {
-                a.set_announced(announced);
-            }
-        }
-        self.events.truncate(was.1);
-    }
-
     pub fn resolve(&mut self, cat: &Catalog, s: &SchedulerSettings, now: Timestamp) {
+        self.solve(cat, s, now, true);
+    }
+
+    /// [`Self::resolve`] that announces nothing: a start's first solve,
+    /// which only gives the tasks whose stored records say what priority
+    /// 1/2 groups run at. It plans them at their floors, so announcing it
+    /// would log and send a shedding the running pool never had.
+    pub fn resolve_unannounced(&mut self, cat: &Catalog, s: &SchedulerSettings, now: Timestamp) {
+        self.solve(cat, s, now, false);
+    }
+
+    fn solve(&mut self, cat: &Catalog, s: &SchedulerSettings, now: Timestamp, announce: bool) {
         self.aimd.retain(|name, _| cat.budgets.iter().any(|b| &b.name == name));
         let aimd = aimd_settings(s);
         let resumed = &mut self.resumed;
@@ -175,7 +164,7 @@ impl BudgetState {
         // Transitions are against what was last announced (saved with the
         // AIMD state), not the plan before: a restart does not announce
         // again what it announced before.
-        for (name, p) in &plans {
+        for (name, p) in plans.iter().filter(|_| announce) {
             if let Some(a) = self.aimd.get_mut(name) {
                 let now = Announced {
                     over_budget: p.plan.over_budget,
@@ -200,7 +189,7 @@ impl BudgetState {
             .values()
             .flat_map(|p| p.plan.warnings.iter().map(move |w| format!("pool {}: {w}", p.name)))
             .collect();
-        if warnings != self.warnings {
+        if announce && warnings != self.warnings {
             for w in &warnings {
                 tracing::warn!("{w}");
             }

@@ -372,12 +372,10 @@ impl Shared {
                 // run at. Without this the start would plan them at
                 // their floors, and announce a shedding the running
                 // pool would not have.
-                let was = b.announced();
-                b.resolve(&cat, &settings, now);
+                b.resolve_unannounced(&cat, &settings, now);
                 let desired = plan::tasks(&cat, &settings, &b.plans, &b.shapes);
                 let stored_running = budget::running_of_records(&desired, stored, &adaptive);
                 b.running = b.observe_running(stored_running, now);
-                b.restore_announced(was);
             }
             b.resolve(&cat, &settings, now);
             let events = std::mem::take(&mut b.events);

@@ -608,7 +608,10 @@ async fn pool_transitions_reach_a_receiver_that_was_down_across_a_restart() {
     let again: Vec<serde_json::Value> = receiver
         .pool_events()
         .into_iter()
-        .filter(|ev| !before_restart(ev) && (ev["transition"] == "shedding" || ev["transition"] == "over_budget"))
+        .filter(|ev| {
+            !before_restart(ev)
+                && ["shedding", "over_budget", "restored"].contains(&ev["transition"].as_str().unwrap_or_default())
+        })
         .collect();
     assert!(
         again.is_empty(),
