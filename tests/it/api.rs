@@ -471,6 +471,55 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
     app.stop().await;
 }
 
+/// `[metrics] per_instance_histograms = false`: the duration histogram is
+/// one series per instance type and group, and every other per-task
+/// family keeps its `instance` label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_per_instance_histograms_only_the_duration_histogram_loses_instance() {
+    let app = TestApp::spawn_with(
+        vec![("h-1", Behaviour::Healthy), ("h-2", Behaviour::Healthy)],
+        &std::collections::BTreeMap::new(),
+        |c| c.metrics.per_instance_histograms = false,
+    )
+    .await;
+    app.wait_health(WAIT, "a success of each", |h| {
+        ["h-1", "h-2"]
+            .iter()
+            .all(|i| staleness(h, i).is_some_and(|s| s["lastSuccess"].is_string()))
+    })
+    .await;
+    let body = app.metrics().await;
+    let durations: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("pollster_monitor_poll_duration_seconds"))
+        .collect();
+    assert!(!durations.is_empty(), "no duration histogram in\n{body}");
+    assert!(durations.iter().all(|l| !l.contains("instance=\"")), "{durations:#?}");
+    let count = durations
+        .iter()
+        .find(|l| l.starts_with("pollster_monitor_poll_duration_seconds_count{"))
+        .expect("a count");
+    assert!(count.contains("group=\"probe\""), "{count}");
+    let n: u64 = count.rsplit(' ').next().and_then(|v| v.parse().ok()).expect("a number");
+    assert!(n >= 2, "both instances' polls are in the one series: {count}");
+    for family in [
+        "pollster_monitor_poll_total{",
+        "pollster_monitor_poll_staleness_seconds{",
+        "pollster_monitor_poll_last_success_timestamp_seconds{",
+        "pollster_monitor_breaker_state{",
+    ] {
+        for instance in ["h-1", "h-2"] {
+            assert!(
+                body.lines()
+                    .any(|l| l.starts_with(family) && l.contains(&format!("instance=\"{instance}\""))),
+                "{family} of {instance} missing in\n{body}"
+            );
+        }
+    }
+    promtool::check_metrics(&body);
+    app.stop().await;
+}
+
 /// GET with the test token, answering (status, `Allow`, parsed JSON body).
 async fn raw(app: &TestApp, method: Method, path: &str) -> (u16, Option<String>, Value) {
     let r = app
