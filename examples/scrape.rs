@@ -13,24 +13,70 @@
 //! poll count of every task (each task polled 3 times, one of them failing).
 //! Each scrape is what `GET /metrics` does: [`Metrics::write`] into a sink
 //! that counts the chunks and drops them, as a client that reads as fast as
-//! they come. "Transient" memory is the process's peak RSS during the
-//! scrape (`VmHWM`, reset before it through `/proc/self/clear_refs`) minus
-//! its RSS before it.
+//! they come. Transient memory is measured two ways: the peak of the bytes
+//! allocated and not yet freed during the scrape, above those allocated
+//! before it (a counting allocator around the system one), and the
+//! process's peak RSS during the scrape (`VmHWM`, reset before it through
+//! `/proc/self/clear_refs`) above its RSS before the first scrape (the
+//! allocator keeps what a scrape freed, so a later scrape may reuse it).
 
 use clap::Parser;
 use pollster::core::catalog::Catalog;
 use pollster::metrics::{ChunkSink, Metrics};
 use pollster::model::{BreakerState, ErrorCategory, InstanceConfig, TaskKey, Timestamp};
 use pollster::read_model::{Detail, Freshness, QueueCounts, Snapshot, TakeSnapshot, TaskRow, TypeCounts};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
+
+/// The system allocator, counting the bytes held and their peak.
+struct Counting;
+
+static HELD: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is passed on unchanged.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let held = HELD.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(held, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) };
+        HELD.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as above.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                let held = HELD.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size - layout.size();
+                PEAK.fetch_max(held, Ordering::Relaxed);
+            } else {
+                HELD.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 #[derive(Debug, Parser)]
 struct Args {
     /// Tasks (= instances: one group each).
     #[arg(long, default_value_t = 100_000)]
     tasks: usize,
-    /// Scrapes to time (after one to warm up).
+    /// Scrapes to time.
     #[arg(long, default_value_t = 5)]
     scrapes: usize,
     /// `[metrics] per_instance_histograms`.
@@ -127,21 +173,24 @@ fn main() {
         let c = metrics.write(Count { bytes: 0, chunks: 0 });
         (t.elapsed(), c)
     };
-    scrape();
     println!("tasks {n}, per_instance_histograms = {}", args.per_instance_histograms);
+    let baseline = status_kib("VmRSS:");
     for _ in 0..args.scrapes {
-        let before = status_kib("VmRSS:");
+        let held = HELD.load(Ordering::Relaxed);
+        PEAK.store(held, Ordering::Relaxed);
         // Resets VmHWM to the current RSS (Linux ≥ 4.0).
         std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak RSS");
         let (took, c) = scrape();
-        let peak = status_kib("VmHWM:");
+        let peak_rss = status_kib("VmHWM:");
+        let peak_heap = PEAK.load(Ordering::Relaxed) - held;
         println!(
-            "scrape: {:.0} ms, {:.1} MiB in {} chunks, transient RSS {:.1} MiB (RSS before {:.1} MiB)",
+            "scrape: {:.0} ms, {:.1} MiB in {} chunks; transient heap {:.1} MiB, RSS {:.1} MiB above {:.1} MiB",
             took.as_secs_f64() * 1e3,
             c.bytes as f64 / 1048576.0,
             c.chunks,
-            peak.saturating_sub(before) as f64 / 1024.0,
-            before as f64 / 1024.0
+            peak_heap as f64 / 1048576.0,
+            peak_rss.saturating_sub(baseline) as f64 / 1024.0,
+            baseline as f64 / 1024.0
         );
     }
 }

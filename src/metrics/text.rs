@@ -74,6 +74,8 @@ pub struct Writer<S: ChunkSink> {
     buf: Vec<u8>,
     sink: S,
     open: bool,
+    /// A histogram's label pairs, escaped once for all its lines.
+    scratch: Vec<u8>,
 }
 
 impl<S: ChunkSink> Writer<S> {
@@ -82,6 +84,7 @@ impl<S: ChunkSink> Writer<S> {
             buf: Vec::with_capacity(CHUNK + 4096),
             sink,
             open: true,
+            scratch: Vec::new(),
         }
     }
 
@@ -119,6 +122,23 @@ impl<S: ChunkSink> Writer<S> {
         self.maybe_flush();
     }
 
+    /// The family's `# HELP` and `# TYPE` lines, before its first sample.
+    fn start(&mut self, family: &mut Family) {
+        if family.started {
+            return;
+        }
+        family.started = true;
+        self.buf.extend_from_slice(b"# HELP ");
+        self.buf.extend_from_slice(family.name.as_bytes());
+        self.buf.push(b' ');
+        escape_into(&mut self.buf, family.help, false);
+        self.buf.extend_from_slice(b"\n# TYPE ");
+        self.buf.extend_from_slice(family.name.as_bytes());
+        self.buf.push(b' ');
+        self.buf.extend_from_slice(family.kind.as_str().as_bytes());
+        self.buf.push(b'\n');
+    }
+
     /// One sample of `family`: `labels` in the order given, then `extra`
     /// (a histogram's `le`), then the value.
     pub fn sample(
@@ -132,18 +152,7 @@ impl<S: ChunkSink> Writer<S> {
         if !self.open {
             return;
         }
-        if !family.started {
-            family.started = true;
-            self.buf.extend_from_slice(b"# HELP ");
-            self.buf.extend_from_slice(family.name.as_bytes());
-            self.buf.push(b' ');
-            escape_into(&mut self.buf, family.help, false);
-            self.buf.extend_from_slice(b"\n# TYPE ");
-            self.buf.extend_from_slice(family.name.as_bytes());
-            self.buf.push(b' ');
-            self.buf.extend_from_slice(family.kind.as_str().as_bytes());
-            self.buf.push(b'\n');
-        }
+        self.start(family);
         self.buf.extend_from_slice(family.name.as_bytes());
         self.buf.extend_from_slice(suffix.as_bytes());
         let mut sep = b'{';
@@ -159,11 +168,7 @@ impl<S: ChunkSink> Writer<S> {
             self.buf.push(b'}');
         }
         self.buf.push(b' ');
-        // Writing into a Vec does not fail.
-        let _ = match value {
-            Value::Float(v) => write!(self.buf, "{v}"),
-            Value::Count(n) => write!(self.buf, "{n}"),
-        };
+        write_value(&mut self.buf, value);
         self.buf.push(b'\n');
         self.maybe_flush();
     }
@@ -171,7 +176,7 @@ impl<S: ChunkSink> Writer<S> {
     /// A histogram's samples: cumulative `_bucket`s at `bounds` (the
     /// `le` values as the encoder writes them) and `+Inf`, `_sum` and
     /// `_count`. `buckets` are not cumulative; the last one is above every
-    /// bound.
+    /// bound. The labels are escaped once for the fourteen lines.
     pub fn histogram(
         &mut self,
         family: &mut Family,
@@ -180,23 +185,96 @@ impl<S: ChunkSink> Writer<S> {
         buckets: &[u64],
         sum: f64,
     ) {
+        if !self.open {
+            return;
+        }
+        let count: u64 = buckets.iter().sum();
+        self.start(family);
+        let mut pairs = std::mem::take(&mut self.scratch);
+        pairs.clear();
+        for (i, (name, value)) in labels.iter().enumerate() {
+            if i > 0 {
+                pairs.push(b',');
+            }
+            pairs.extend_from_slice(name.as_bytes());
+            pairs.extend_from_slice(b"=\"");
+            escape_into(&mut pairs, value, true);
+            pairs.push(b'"');
+        }
+        let name = family.name.as_bytes();
         let mut cumulative = 0;
         for (le, n) in bounds.iter().zip(buckets) {
             cumulative += n;
-            self.sample(family, "_bucket", labels, Some(("le", le)), Value::Count(cumulative));
+            bucket_line(&mut self.buf, name, &pairs, le, cumulative);
         }
-        let count: u64 = buckets.iter().sum();
-        self.sample(family, "_bucket", labels, Some(("le", "+Inf")), Value::Count(count));
-        self.sample(family, "_sum", labels, None, Value::Float(sum));
-        self.sample(family, "_count", labels, None, Value::Count(count));
+        bucket_line(&mut self.buf, name, &pairs, "+Inf", count);
+        for (suffix, value) in [("_sum", Value::Float(sum)), ("_count", Value::Count(count))] {
+            self.buf.extend_from_slice(name);
+            self.buf.extend_from_slice(suffix.as_bytes());
+            if !pairs.is_empty() {
+                self.buf.push(b'{');
+                self.buf.extend_from_slice(&pairs);
+                self.buf.push(b'}');
+            }
+            self.buf.push(b' ');
+            write_value(&mut self.buf, value);
+            self.buf.push(b'\n');
+        }
+        self.scratch = pairs;
+        self.maybe_flush();
+    }
+}
+
+/// `NAME_bucket{PAIRS,le="LE"} N`.
+fn bucket_line(buf: &mut Vec<u8>, name: &[u8], pairs: &[u8], le: &str, n: u64) {
+    buf.extend_from_slice(name);
+    buf.extend_from_slice(b"_bucket{");
+    buf.extend_from_slice(pairs);
+    if !pairs.is_empty() {
+        buf.push(b',');
+    }
+    buf.extend_from_slice(b"le=\"");
+    // A bound as `Display` writes a number, or `+Inf`: nothing to escape.
+    buf.extend_from_slice(le.as_bytes());
+    buf.extend_from_slice(b"\"} ");
+    write_count(buf, n);
+    buf.push(b'\n');
+}
+
+/// `n` in decimal, as `Display` writes it.
+fn write_count(buf: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[i..]);
+}
+
+fn write_value(buf: &mut Vec<u8>, value: Value) {
+    match value {
+        // Writing into a Vec does not fail.
+        Value::Float(v) => {
+            let _ = write!(buf, "{v}");
+        }
+        Value::Count(n) => write_count(buf, n),
     }
 }
 
 /// `s` escaped as the text format wants it: `\` and newline always, `"`
 /// in label values.
 pub fn escape_into(buf: &mut Vec<u8>, s: &str, quote: bool) {
-    let special = |b: u8| b == b'\\' || b == b'\n' || (quote && b == b'"');
-    if !s.bytes().any(special) {
+    // A fold without an early exit: the compiler vectorizes it, and label
+    // values are short and almost never need escaping.
+    let special = s.bytes().fold(false, |any, b| {
+        any | (b == b'\\') | (b == b'\n') | (quote & (b == b'"'))
+    });
+    if !special {
         buf.extend_from_slice(s.as_bytes());
         return;
     }
@@ -284,6 +362,56 @@ mod tests {
         for (v, x) in rows {
             w.sample(&mut fam, "", &[("a", x), ("b", "b")], None, Value::Float(v));
         }
+        assert_eq!(String::from_utf8(w.finish().0), String::from_utf8(expected));
+    }
+
+    #[test]
+    fn counts_are_written_as_display_writes_them() {
+        for n in [0, 7, 10, 99, 1_000_000, 9_007_199_254_740_993, u64::MAX] {
+            let mut buf = Vec::new();
+            write_count(&mut buf, n);
+            assert_eq!(String::from_utf8(buf).expect("digits"), n.to_string());
+        }
+    }
+
+    #[test]
+    fn a_histogram_is_written_as_the_prometheus_encoder_writes_it() {
+        let bounds = [0.01, 0.25, 1.0, 2.5];
+        let registry = prometheus::Registry::new();
+        let labelled = prometheus::HistogramVec::new(
+            prometheus::HistogramOpts::new("t_seconds", "Help.").buckets(bounds.to_vec()),
+            &["a", "b"],
+        )
+        .expect("histogram");
+        let bare = prometheus::Histogram::with_opts(
+            prometheus::HistogramOpts::new("u_seconds", "Help \\ too.").buckets(bounds.to_vec()),
+        )
+        .expect("histogram");
+        registry.register(Box::new(labelled.clone())).expect("register");
+        registry.register(Box::new(bare.clone())).expect("register");
+        let observed = [0.01, 0.3, 0.3, 7.0, 2.5, 0.0];
+        for v in observed {
+            labelled.with_label_values(&["x\"y", "b"]).observe(v);
+            bare.observe(v);
+        }
+        labelled.with_label_values(&["z", "b"]);
+        let mut expected = Vec::new();
+        TextEncoder::new()
+            .encode(&registry.gather(), &mut expected)
+            .expect("encode");
+
+        let le: Vec<String> = bounds.iter().map(|b| b.to_string()).collect();
+        let mut buckets = [0u64; 5];
+        for v in observed {
+            buckets[bounds.partition_point(|b| *b < v)] += 1;
+        }
+        let sum: f64 = observed.iter().sum();
+        let mut w = Writer::new(Collect::default());
+        let mut t = Family::new("t_seconds", "Help.", Kind::Histogram);
+        w.histogram(&mut t, &[("a", "x\"y"), ("b", "b")], &le, &buckets, sum);
+        w.histogram(&mut t, &[("a", "z"), ("b", "b")], &le, &[0; 5], 0.0);
+        let mut u = Family::new("u_seconds", "Help \\ too.", Kind::Histogram);
+        w.histogram(&mut u, &[], &le, &buckets, sum);
         assert_eq!(String::from_utf8(w.finish().0), String::from_utf8(expected));
     }
 
