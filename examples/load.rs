@@ -60,9 +60,13 @@ struct Args {
     /// Print dispatch rate, p99 lateness and polls in flight every 250 ms.
     #[arg(long)]
     timeline: bool,
-    /// Render /metrics as a scrape does (once in idle mode, every 15 s else).
+    /// Render /metrics as a scrape does, then GET it from the metrics
+    /// listener (once in idle mode, every 15 s else).
     #[arg(long)]
     scrape: bool,
+    /// `[metrics] per_instance_histograms`.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    per_instance_histograms: bool,
     /// Value rules in the group, each making one sample of the fleet's
     /// answer (`/status` mapped ok = 1, the instance name as a label).
     #[arg(long, default_value_t = 0)]
@@ -98,6 +102,8 @@ fn main() {
         let shared = Running {
             engine: app.engine(),
             metrics: app.metrics(),
+            metrics_url: format!("http://{}/metrics", app.metrics_addr()),
+            runtime: tokio::runtime::Handle::current(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(app.run_until_stopped(async {
@@ -125,9 +131,9 @@ fn main() {
         args.workers
     );
     println!("polls: {ok} ok / {errors} errors");
-    for (took, bytes) in &scrapes {
+    for (how, took, bytes) in &scrapes {
         println!(
-            "scrape: {:.1} MiB in {} ms",
+            "scrape ({how}): {:.1} MiB in {} ms",
             *bytes as f64 / 1048576.0,
             took.as_millis()
         );
@@ -202,6 +208,7 @@ fn config(args: &Args, fleet: SocketAddr, data_dir: &std::path::Path) -> pollste
     c.server.data_dir = data_dir.to_path_buf();
     c.monitoring_file.adaptive.enabled = false;
     c.monitoring_file.scheduler.workers = args.workers;
+    c.metrics.per_instance_histograms = args.per_instance_histograms;
     // Written as config-file JSON so fields added later take their defaults.
     let floor = pollster::model::duration_str::format(args.interval);
     let values: Vec<_> = (0..args.values)
@@ -226,11 +233,13 @@ fn config(args: &Args, fleet: SocketAddr, data_dir: &std::path::Path) -> pollste
     c
 }
 
-/// What `GET /metrics` does, timed: (duration, bytes).
 /// The running appliance, as the measurements read it.
 struct Running {
     engine: EngineHandle,
     metrics: Metrics,
+    /// `GET /metrics` on the appliance's metrics listener.
+    metrics_url: String,
+    runtime: tokio::runtime::Handle,
 }
 
 impl Running {
@@ -243,11 +252,38 @@ impl Running {
     }
 }
 
-fn scrape(shared: &Running) -> (Duration, usize) {
-    let t = Instant::now();
-    let bytes = shared.metrics().render().len();
-    (t.elapsed(), bytes)
+/// Counts a scrape's bytes and keeps none, as a client that reads as fast
+/// as they come.
+struct CountBytes(usize);
+
+impl pollster::metrics::ChunkSink for CountBytes {
+    fn chunk(&mut self, chunk: Vec<u8>) -> bool {
+        self.0 += chunk.len();
+        true
+    }
 }
+
+/// One scrape as `GET /metrics` makes it (written in chunks, not kept),
+/// then one through the metrics listener, read chunk by chunk and dropped.
+fn scrape(shared: &Running) -> [Scrape; 2] {
+    let t = Instant::now();
+    let CountBytes(bytes) = shared.metrics().write(CountBytes(0));
+    let written = ("written", t.elapsed(), bytes);
+    let served = shared.runtime.block_on(async {
+        let t = Instant::now();
+        let mut r = reqwest::get(&shared.metrics_url).await.expect("GET /metrics");
+        assert!(r.status().is_success(), "GET /metrics: {}", r.status());
+        let mut bytes = 0;
+        while let Some(chunk) = r.chunk().await.expect("the body") {
+            bytes += chunk.len();
+        }
+        ("GET /metrics", t.elapsed(), bytes)
+    });
+    [written, served]
+}
+
+/// How a scrape was made, how long it took, its bytes.
+type Scrape = (&'static str, Duration, usize);
 
 /// Wait until every task has been polled once (the cold-start burst), then
 /// settle for `--seconds`: the snapshots around the burst and its rate.
@@ -256,7 +292,7 @@ fn measure_idle(
     shared: &Running,
     fleet: &Fleet,
     built: Instant,
-    scrapes: &mut Vec<(Duration, usize)>,
+    scrapes: &mut Vec<Scrape>,
 ) -> (Snapshot, Snapshot, Option<f64>) {
     let n = args.instances as u64;
     let start = Snapshot::take(shared, fleet);
@@ -274,7 +310,7 @@ fn measure_idle(
     };
     let end = Snapshot::take(shared, fleet);
     if args.scrape {
-        scrapes.push(scrape(shared));
+        scrapes.extend(scrape(shared));
     }
     std::thread::sleep(Duration::from_secs(args.seconds));
     (start, end, Some(n as f64 / round.as_secs_f64()))
@@ -282,13 +318,13 @@ fn measure_idle(
 
 /// Sleep through the measurement window, printing a timeline and scraping
 /// every [`SCRAPE_EVERY`] if asked; the snapshot at its end.
-fn watch(args: &Args, shared: &Running, fleet: &Fleet, scrapes: &mut Vec<(Duration, usize)>) -> Snapshot {
+fn watch(args: &Args, shared: &Running, fleet: &Fleet, scrapes: &mut Vec<Scrape>) -> Snapshot {
     let end = Instant::now() + Duration::from_secs(args.seconds);
     let (step, mut next_scrape) = (Duration::from_millis(250), Instant::now());
     let mut prev = Snapshot::take(shared, fleet);
     while (args.timeline || args.scrape) && Instant::now() + step < end {
         if args.scrape && Instant::now() >= next_scrape {
-            scrapes.push(scrape(shared));
+            scrapes.extend(scrape(shared));
             next_scrape += SCRAPE_EVERY;
         }
         std::thread::sleep(step);

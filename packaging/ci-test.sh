@@ -160,6 +160,65 @@ PY
 promtool check rules "$work/dashboard-rules.yml" >/dev/null || promtool check rules "$work/dashboard-rules.yml"
 ok "every dashboard query parses as PromQL"
 
+stage "the poll duration histogram, with and without [metrics] per_instance_histograms"
+# No alert rule reads the histogram; every dashboard query of it sums it by
+# le (and instance_type), so it gives the same answer with a series per
+# task as with one per instance type and group. promtool evaluates the
+# dashboard's own queries on both shapes of the same polls.
+if grep -q 'poll_duration' packaging/alerts.yml; then
+  fail "alerts.yml reads pollster_monitor_poll_duration_seconds: check it works without its instance label"
+fi
+python3 - packaging/grafana-dashboard.json "$work" <<'PY'
+import json, os, re, sys
+d = json.load(open(sys.argv[1]))
+work = sys.argv[2]
+exprs = []
+for p in d["panels"]:
+    for t in p.get("targets", []):
+        if "poll_duration" in t["expr"]:
+            e = t["expr"]
+            for k, v in {"$__rate_interval": "5m", "$job": ".*", "$instance_type": ".*"}.items():
+                e = e.replace(k, v)
+            assert not re.search(r'\binstance\s*(=|!=|=~|!~)', e), "selects on instance: " + e
+            for by in re.findall(r'by\s*\(([^)]*)\)', e):
+                assert "instance" not in [l.strip() for l in by.split(",")], "groups by instance: " + e
+            q = re.search(r'histogram_quantile\(\s*([0-9.]+)', e)
+            assert q, "not a quantile: " + e
+            exprs.append((float(q.group(1)), e))
+assert exprs, "no dashboard query of the duration histogram"
+with open(os.path.join(work, "duration-rules.yml"), "w") as f:
+    f.write("groups:\n  - name: duration\n    rules:\n")
+    for i, (_, e) in enumerate(exprs):
+        # In units of 10 us, rounded: promtool compares values exactly.
+        f.write("      - record: dashboard:duration_%d\n        expr: %s\n" % (i, json.dumps("round((%s) * 1e5)" % e)))
+# 60 polls a minute, all between 25 and 50 ms: a quantile q is
+# 0.025 + 0.025 q. Per task: two instances of 30 a minute each; without
+# the label: one series of 60.
+bounds = ["0.01", "0.025", "0.05", "0.1", "+Inf"]
+def series(labels, per_minute):
+    out = []
+    for le in bounds:
+        grows = 0 if le in ("0.01", "0.025") else per_minute
+        out.append('      - series: \'pollster_monitor_poll_duration_seconds_bucket{job="pollster",%s,le="%s"}\'\n'
+                   "        values: '0+%dx20'\n" % (labels, le, grows))
+    return "".join(out)
+shapes = {
+    "per task": series('instance_type="http",instance="a",group="probe"', 30)
+                + series('instance_type="http",instance="b",group="probe"', 30),
+    "by type and group": series('instance_type="http",group="probe"', 60),
+}
+with open(os.path.join(work, "duration-test.yml"), "w") as f:
+    f.write("rule_files: [duration-rules.yml]\nevaluation_interval: 1m\ntests:\n")
+    for name, input_series in shapes.items():
+        f.write("  # %s\n  - interval: 1m\n    input_series:\n%s    promql_expr_test:\n" % (name, input_series))
+        for i, (q, _) in enumerate(exprs):
+            f.write("      - expr: dashboard:duration_%d\n        eval_time: 10m\n        exp_samples:\n"
+                    "          - labels: 'dashboard:duration_%d'\n            value: %d\n" % (i, i, round((0.025 + 0.025 * q) * 1e5)))
+print("%d duration queries, checked on both shapes" % len(exprs))
+PY
+promtool test rules "$work/duration-test.yml"
+ok "the dashboard's duration panels give the same quantiles in both modes"
+
 stage "maintainer scripts and unit"
 for s in packaging/debian/postinst packaging/debian/prerm packaging/debian/postrm \
   packaging/rpm/pre.sh packaging/rpm/post.sh packaging/rpm/preun.sh packaging/rpm/postun.sh; do

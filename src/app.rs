@@ -301,11 +301,13 @@ impl Application {
         };
         let shared = Shared::new(store, fetch, &ports, catalog, layers, settings, sink)?;
         let engine = Engine::start(shared).await?;
+        let metrics_handle = engine.parts().2;
+        metrics_handle.set_per_instance_histograms(config.metrics.per_instance_histograms);
         let reloader = Arc::new(crate::service::reload::Reloader::new(
             config.clone(),
             crate::service::reload::EnvSource::Process,
             tls.clone(),
-            engine.parts().2.config_reload.clone(),
+            metrics_handle,
             ports.clock.now(),
         ));
         Ok(Application {

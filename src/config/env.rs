@@ -7,7 +7,7 @@
 //! renamed field fails to compile instead of silently losing its variable.
 //! An empty variable counts as unset.
 
-use super::{ConfigError, ENVIRONMENT, LogConfig, LogFormat, MetricsAuth, ServerConfig, SinkConfig};
+use super::{ConfigError, ENVIRONMENT, LogConfig, LogFormat, MetricsAuth, MetricsConfig, ServerConfig, SinkConfig};
 use crate::model::{MonitoringSettings, Profile, SchedulerMode, duration_str};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -155,6 +155,13 @@ pub(super) const LOG_VARS: &[EnvVar<LogConfig>] = &[
     flat!("POLLSTER_LOG_LEVEL", "log", level, parse_level),
 ];
 
+pub(super) const METRICS_VARS: &[EnvVar<MetricsConfig>] = &[flat!(
+    "POLLSTER_METRICS_PER_INSTANCE_HISTOGRAMS",
+    "metrics",
+    per_instance_histograms,
+    parse_bool
+)];
+
 pub(super) const SINK_URL: &str = "POLLSTER_SINK_URL";
 
 /// The log filter's older name, read when `POLLSTER_LOG_LEVEL` is unset.
@@ -176,6 +183,7 @@ pub fn known_env_vars() -> Vec<&'static str> {
     v.extend(MONITORING_VARS.iter().map(|e| e.var));
     v.extend(SINK_VARS.iter().map(|e| e.var));
     v.extend(LOG_VARS.iter().map(|e| e.var));
+    v.extend(METRICS_VARS.iter().map(|e| e.var));
     v.push(ADMIN_PASSWORD);
     v.push(SECRET_KEY_FILE);
     v
@@ -398,6 +406,7 @@ pub(super) struct FromEnv {
     pub server: ServerConfig,
     pub sink: Option<SinkConfig>,
     pub log: LogConfig,
+    pub metrics: MetricsConfig,
     pub admin_password: Option<String>,
     pub secret_key_file: Option<PathBuf>,
     pub warnings: Vec<String>,
@@ -409,6 +418,7 @@ pub(super) fn read(
     server_file: &ServerConfig,
     sink_file: Option<&SinkConfig>,
     log_file: &LogConfig,
+    metrics_file: &MetricsConfig,
 ) -> Result<FromEnv, ConfigError> {
     let mut warnings = unknown_variable_warnings(env);
 
@@ -426,6 +436,9 @@ pub(super) fn read(
     {
         log.level = parse_level(raw).map_err(|why| env_error(RUST_LOG, raw, why))?;
     }
+
+    let mut metrics = *metrics_file;
+    apply_table(METRICS_VARS, env, &mut metrics)?;
 
     let mut sink = sink_file.cloned();
     let mut sink_applied = Vec::new();
@@ -455,6 +468,7 @@ pub(super) fn read(
         server,
         sink,
         log,
+        metrics,
         admin_password: match value(env, ADMIN_PASSWORD) {
             Some(v) => Some(v.to_string()),
             None => credential(env, "admin_password")?,

@@ -7,7 +7,7 @@
 //! `serde_path_to_error` (which key failed) on toml's own deserializer
 //! (where in the text).
 
-use super::{ConfigError, LogConfig, ServerConfig, SinkConfig};
+use super::{ConfigError, LogConfig, MetricsConfig, ServerConfig, SinkConfig};
 use crate::model::{AdaptiveSettings, BudgetConfig, FailureSettings, InstanceConfig, SchedulerSettings, TypeDef};
 use serde::Deserialize;
 
@@ -27,6 +27,8 @@ pub(super) struct FileConfig {
     pub sink: Option<SinkConfig>,
     #[serde(default)]
     pub log: LogConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
     #[serde(default)]
     pub budgets: Vec<BudgetConfig>,
     #[serde(default)]

@@ -21,6 +21,7 @@ mod env;
 mod error;
 mod file;
 mod log;
+mod metrics;
 mod server;
 mod sink;
 mod validate;
@@ -28,6 +29,7 @@ mod validate;
 pub use env::{EnvOverrides, known_env_vars};
 pub use error::{ConfigError, ENVIRONMENT};
 pub use log::{DEFAULT_LOG_LEVEL, LogConfig, LogFormat, check_level};
+pub use metrics::MetricsConfig;
 pub use server::{
     ConnectionTimeouts, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_WRITE_TIMEOUT, MetricsAuth, ServerConfig, parse_net,
@@ -75,6 +77,9 @@ pub struct Config {
     /// `[log]`, environment applied (`POLLSTER_LOG_FORMAT`,
     /// `POLLSTER_LOG_LEVEL`; `--log-format` on the command line wins).
     pub log: LogConfig,
+    /// `[metrics]`, environment applied
+    /// (`POLLSTER_METRICS_PER_INSTANCE_HISTOGRAMS`).
+    pub metrics: MetricsConfig,
     /// To log at startup, e.g. unknown `POLLSTER_` variables.
     pub warnings: Vec<String>,
 }
@@ -102,6 +107,7 @@ impl fmt::Debug for Config {
             .field("admin_password", &self.admin_password.as_ref().map(|_| HIDDEN))
             .field("secret_key_file", &self.secret_key_file)
             .field("log", &self.log)
+            .field("metrics", &self.metrics)
             .field("warnings", &self.warnings)
             .finish()
     }
@@ -170,6 +176,7 @@ fn build(
     let mut server = ServerConfig::default();
     let (mut sink, mut budgets, mut types, mut instances) = (None, vec![], vec![], vec![]);
     let mut log = LogConfig::default();
+    let mut metrics = MetricsConfig::default();
     if let Some(f) = f {
         monitoring_file = MonitoringSettings {
             adaptive: f.adaptive,
@@ -177,6 +184,7 @@ fn build(
             failure: f.failure,
         };
         (server, sink, budgets, types, instances, log) = (f.server, f.sink, f.budgets, f.types, f.instances, f.log);
+        metrics = f.metrics;
     }
 
     // The file must be valid on its own: the environment may go away.
@@ -195,7 +203,7 @@ fn build(
     }
     log.validate().map_err(|e| ConfigError::from_field(&name, "log.", e))?;
 
-    let from_env = env::read(env, &monitoring_file, &server, sink.as_ref(), &log)?;
+    let from_env = env::read(env, &monitoring_file, &server, sink.as_ref(), &log, &metrics)?;
     validate_server(ENVIRONMENT, &from_env.server)?;
     // The certificate files are read once, with the environment applied,
     // before anything binds a port.
@@ -228,6 +236,7 @@ fn build(
         admin_password: from_env.admin_password,
         secret_key_file: from_env.secret_key_file,
         log: from_env.log,
+        metrics: from_env.metrics,
         warnings: from_env.warnings,
     })
 }

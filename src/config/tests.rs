@@ -950,11 +950,12 @@ fn known_env_vars_cover_every_scalar_setting() {
         "POLLSTER_SECRET_KEY_FILE",
         "POLLSTER_LOG_FORMAT",
         "POLLSTER_LOG_LEVEL",
+        "POLLSTER_METRICS_PER_INSTANCE_HISTOGRAMS",
     ] {
         assert!(known.contains(&var), "{var} missing");
     }
     // And nothing else.
-    assert_eq!(known.len(), 22 + 12 + 6 + 2 + 2);
+    assert_eq!(known.len(), 22 + 12 + 6 + 2 + 2 + 1);
 }
 
 #[test]
@@ -1188,4 +1189,54 @@ fn the_log_comes_from_the_file_then_the_environment_and_rust_log_when_pollster_l
     assert_eq!(c.log.format, crate::config::LogFormat::Text);
     let e = load(Some(&t.path), &env_of(&[("RUST_LOG", "pollster=loud")])).expect_err("a bad RUST_LOG");
     assert!(e.to_string().contains("RUST_LOG"), "{e}");
+}
+
+#[test]
+fn per_instance_histograms_is_on_by_default_and_set_by_the_file_then_the_environment() {
+    let (_tc, r) = load_text("", &no_env());
+    assert!(
+        r.expect("loads").metrics.per_instance_histograms,
+        "the seed's label stays"
+    );
+    assert!(load(None, &no_env()).expect("defaults").metrics.per_instance_histograms);
+    let (_tc, r) = load_text("[metrics]\nper_instance_histograms = false\n", &no_env());
+    assert!(!r.expect("loads").metrics.per_instance_histograms);
+    let (_tc, r) = load_text(
+        "[metrics]\nper_instance_histograms = false\n",
+        &env_of(&[("POLLSTER_METRICS_PER_INSTANCE_HISTOGRAMS", "true")]),
+    );
+    assert!(
+        r.expect("loads").metrics.per_instance_histograms,
+        "the environment wins"
+    );
+    assert!(known_env_vars().contains(&"POLLSTER_METRICS_PER_INSTANCE_HISTOGRAMS"));
+}
+
+#[test]
+fn a_bad_metrics_key_or_value_names_it() {
+    expect_file_error(
+        "[metrics]\nper_instance_histograms = \"no\"\n",
+        "metrics.per_instance_histograms",
+        "\"no\"",
+    );
+    expect_file_error(
+        "[metrics]\nper_instance_histograms = 0\n",
+        "metrics.per_instance_histograms",
+        "0",
+    );
+    let e = expect_file_error(
+        "[metrics]\nper_instance_histogram = false\n",
+        "metrics.per_instance_histogram",
+        "false",
+    );
+    assert!(
+        e.message.contains("did you mean metrics.per_instance_histograms?"),
+        "{e}"
+    );
+    expect_env_error(
+        "",
+        &[("POLLSTER_METRICS_PER_INSTANCE_HISTOGRAMS", "sometimes")],
+        "POLLSTER_METRICS_PER_INSTANCE_HISTOGRAMS",
+        "\"sometimes\"",
+    );
 }

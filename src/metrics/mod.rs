@@ -6,21 +6,29 @@
 //! state, queue depth, cadence, the pools' plans) are computed at scrape time
 //! from the read model ([`crate::read_model::Snapshot`], the one the health
 //! API and the dashboard show), so the poll path pays nothing for them.
+//!
+//! A scrape ([`Metrics::write`]) takes one snapshot, copies the poll counts'
+//! entries and the catalog's `Arc` (each under its lock for the copy only),
+//! then writes the text in chunks with no lock held: the families of a few
+//! series through the prometheus crate's registry and encoder, the families
+//! with a series per task or instance straight from the copies
+//! (`exposition.rs`), so 100,000 tasks never exist as one string.
 
+mod exposition;
+#[cfg(test)]
+mod reference;
 mod series;
+mod text;
 
 pub use series::PollSeries;
-use series::{family, gauge, labels};
+pub use text::{CHUNK, ChunkSink};
 
 use crate::core::catalog::Catalog;
 use crate::model::{ErrorCategory, TaskKey};
-use crate::read_model::{Detail, PoolFigures, TakeSnapshot};
+use crate::read_model::{PoolFigures, Snapshot, TakeSnapshot};
 use prometheus::core::{Collector, Desc};
-use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
-    proto,
-};
-use std::collections::BTreeMap;
+use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, proto};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Poll duration buckets, 10 ms … 30 s.
@@ -56,6 +64,18 @@ pub struct Metrics {
     /// `pollster_maintenance_active{instance}`: 1 while a maintenance
     /// window covers the instance, 0 for one a window covers later.
     pub maintenance_active: IntGaugeVec,
+    /// What a scrape reads besides the registry.
+    sources: Arc<Sources>,
+}
+
+/// The read model, the catalog and the scrape's options.
+struct Sources {
+    snapshots: Box<dyn TakeSnapshot>,
+    catalog: Arc<RwLock<Arc<Catalog>>>,
+    /// The gauges set from each scrape's snapshot (registered).
+    gauges: SnapshotGauges,
+    /// `[metrics] per_instance_histograms`.
+    per_instance_histograms: AtomicBool,
 }
 
 /// `pollster_config_last_reload_successful`,
@@ -131,7 +151,6 @@ impl Metrics {
         catalog: Arc<RwLock<Arc<Catalog>>>,
     ) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
-        registry.register(Box::new(InfoCollector::new(catalog)?))?;
         let rate_limited = IntCounterVec::new(
             Opts::new(
                 "pollster_scheduler_rate_limited_total",
@@ -209,7 +228,7 @@ impl Metrics {
             &["instance"],
         )?;
         registry.register(Box::new(maintenance_active.clone()))?;
-        let poll = Arc::new(PollSeries::new()?);
+        let poll = Arc::new(PollSeries::new());
         let dispatch_lateness = prometheus::Histogram::with_opts(
             HistogramOpts::new(
                 "pollster_scheduler_dispatch_lateness_seconds",
@@ -218,8 +237,8 @@ impl Metrics {
             .buckets(LATENESS_BUCKETS.to_vec()),
         )?;
         registry.register(Box::new(dispatch_lateness.clone()))?;
-        registry.register(Box::new(SharedCollector(poll.clone())))?;
-        registry.register(Box::new(SnapshotCollector::new(Box::new(snapshots))?))?;
+        let gauges = SnapshotGauges::new()?;
+        registry.register(Box::new(gauges.clone()))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         Ok(Metrics {
@@ -234,7 +253,25 @@ impl Metrics {
             connections_rejected,
             config_reload,
             maintenance_active,
+            sources: Arc::new(Sources {
+                snapshots: Box::new(snapshots),
+                catalog,
+                gauges,
+                per_instance_histograms: AtomicBool::new(true),
+            }),
         })
+    }
+
+    /// `[metrics] per_instance_histograms`: whether
+    /// `pollster_monitor_poll_duration_seconds` has a series per task (with
+    /// `instance`) or one per instance type and group. Takes effect at the
+    /// next scrape.
+    pub fn set_per_instance_histograms(&self, on: bool) {
+        self.sources.per_instance_histograms.store(on, Ordering::Relaxed);
+    }
+
+    pub fn per_instance_histograms(&self) -> bool {
+        self.sources.per_instance_histograms.load(Ordering::Relaxed)
     }
 
     pub fn observe_poll(&self, type_name: &Arc<str>, key: &TaskKey, seconds: f64, error: Option<ErrorCategory>) {
@@ -246,70 +283,44 @@ impl Metrics {
         self.poll.forget(key);
     }
 
+    /// One scrape's text in one string (tests and tools; `/metrics`
+    /// streams [`Metrics::write`] instead).
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        if TextEncoder::new().encode(&self.registry.gather(), &mut buf).is_err() {
-            return String::new();
-        }
+        let text::Collect(buf) = self.write(text::Collect::default());
         String::from_utf8(buf).unwrap_or_default()
     }
+
+    /// One scrape, handed to `sink` in chunks of about [`CHUNK`] bytes;
+    /// stops early when the sink refuses a chunk. Runs on the calling
+    /// thread (a blocking one: a scrape of 100,000 tasks is CPU work).
+    pub fn write<S: ChunkSink>(&self, sink: S) -> S {
+        let src = &self.sources;
+        let scrape = exposition::Scrape::take(
+            src.snapshots.as_ref(),
+            &src.gauges,
+            &self.registry,
+            &self.poll,
+            &src.catalog,
+            src.per_instance_histograms.load(Ordering::Relaxed),
+        );
+        scrape.write(text::Writer::new(sink)).finish()
+    }
 }
 
-/// Registers a collector that is also used elsewhere through an `Arc`.
-struct SharedCollector<C>(Arc<C>);
-
-impl<C: Collector> Collector for SharedCollector<C> {
-    fn desc(&self) -> Vec<&Desc> {
-        self.0.desc()
-    }
-
-    fn collect(&self) -> Vec<proto::MetricFamily> {
-        self.0.collect()
-    }
-}
-
-/// Gauges derived from a [`Snapshot`](crate::read_model::Snapshot) taken at
-/// scrape time: one snapshot per scrape feeds the per-task families (built
-/// straight from its rows, not kept in gauge vectors between scrapes), the
-/// counts and every pool's plan.
-struct SnapshotCollector {
-    snapshots: Box<dyn TakeSnapshot>,
+/// The gauges of a few series set from each scrape's snapshot: the queue,
+/// the polls in flight, the dead-letter count and every pool's plan. The
+/// families with a series per task are written from the same snapshot in
+/// `exposition.rs`.
+#[derive(Clone)]
+struct SnapshotGauges {
     queue_depth: IntGauge,
     inflight: IntGaugeVec,
     dead_letter: IntGauge,
-    plan: PlanGauges,
-    descs: Vec<Desc>,
+    plan: Arc<PlanGauges>,
 }
 
-const STALENESS: (&str, &str) = (
-    "pollster_monitor_poll_staleness_seconds",
-    "Seconds since the task's last successful poll (0 right after a success).",
-);
-const LAST_SUCCESS: (&str, &str) = (
-    "pollster_monitor_poll_last_success_timestamp_seconds",
-    "Unix time of the task's last successful poll.",
-);
-const BREAKER: (&str, &str) = (
-    "pollster_monitor_breaker_state",
-    "Circuit breaker state of each task: 1 for the current state (closed, open or half_open).",
-);
-const CADENCE: (&str, &str) = (
-    "pollster_instance_cadence_seconds",
-    "Shortest current polling interval among the instance's tasks.",
-);
-
-fn desc((name, help): (&str, &str), label_names: &[&str]) -> Result<Desc, prometheus::Error> {
-    Desc::new(
-        name.to_string(),
-        help.to_string(),
-        label_names.iter().map(|l| l.to_string()).collect(),
-        Default::default(),
-    )
-}
-
-impl SnapshotCollector {
-    fn new(snapshots: Box<dyn TakeSnapshot>) -> Result<Self, prometheus::Error> {
-        let task_labels = ["instance_type", "instance", "group"];
+impl SnapshotGauges {
+    fn new() -> Result<Self, prometheus::Error> {
         let queue_depth = IntGauge::new(
             "pollster_monitor_poll_queue_depth",
             "Tasks waiting in the scheduler queue.",
@@ -319,63 +330,21 @@ impl SnapshotCollector {
             &["instance_type"],
         )?;
         let dead_letter = IntGauge::new("pollster_monitor_dead_letter_tasks", "Tasks in the dead-letter queue.")?;
-        let plan = PlanGauges::new()?;
-        let mut descs = vec![
-            desc(STALENESS, &task_labels)?,
-            desc(LAST_SUCCESS, &task_labels)?,
-            desc(BREAKER, &["instance_type", "instance", "group", "state"])?,
-            desc(CADENCE, &["instance"])?,
-        ];
-        for c in [&queue_depth as &dyn Collector, &inflight, &dead_letter] {
-            descs.extend(c.desc().into_iter().cloned());
-        }
-        for c in plan.collectors() {
-            descs.extend(c.desc().into_iter().cloned());
-        }
-        Ok(SnapshotCollector {
-            snapshots,
+        Ok(SnapshotGauges {
             queue_depth,
             inflight,
             dead_letter,
-            plan,
-            descs,
+            plan: Arc::new(PlanGauges::new()?),
         })
     }
-}
 
-impl Collector for SnapshotCollector {
-    fn desc(&self) -> Vec<&Desc> {
-        self.descs.iter().collect()
+    fn collectors(&self) -> impl Iterator<Item = &dyn Collector> {
+        [&self.queue_depth as &dyn Collector, &self.inflight, &self.dead_letter]
+            .into_iter()
+            .chain(self.plan.collectors())
     }
 
-    fn collect(&self) -> Vec<proto::MetricFamily> {
-        let snap = self.snapshots.take_now(Detail::EveryTask);
-        let rows = &snap.every_task;
-        let mut staleness = Vec::with_capacity(rows.len());
-        let mut last_success = Vec::with_capacity(rows.len());
-        let mut breaker = Vec::with_capacity(rows.len());
-        let mut cadence: BTreeMap<&str, f64> = BTreeMap::new();
-        for r in rows {
-            let task = [
-                ("instance_type", &*r.type_name),
-                ("instance", &*r.key.instance),
-                ("group", &*r.key.group),
-            ];
-            staleness.push(gauge(labels(&task), r.age.as_secs_f64()));
-            if let Some(ls) = r.last_success {
-                last_success.push(gauge(labels(&task), ls.as_secs_f64()));
-            }
-            let mut with_state = labels(&task);
-            with_state.extend(labels(&[("state", r.breaker.as_str())]));
-            breaker.push(gauge(with_state, 1.0));
-            let interval = r.interval.as_secs_f64();
-            let c = cadence.entry(&r.key.instance).or_insert(interval);
-            *c = c.min(interval);
-        }
-        let cadence = cadence
-            .into_iter()
-            .map(|(inst, secs)| gauge(labels(&[("instance", inst)]), secs))
-            .collect();
+    fn set(&self, snap: &Snapshot) {
         // Every type with enabled tasks gets a series, 0 when idle, so the
         // family is always present.
         self.inflight.reset();
@@ -385,19 +354,16 @@ impl Collector for SnapshotCollector {
         self.queue_depth.set(snap.queue.depth as i64);
         self.dead_letter.set(snap.dead_letter_count as i64);
         self.plan.set(&snap.pools);
-        let mut out = vec![
-            family(STALENESS.0, STALENESS.1, proto::MetricType::GAUGE, staleness),
-            family(LAST_SUCCESS.0, LAST_SUCCESS.1, proto::MetricType::GAUGE, last_success),
-            family(BREAKER.0, BREAKER.1, proto::MetricType::GAUGE, breaker),
-            family(CADENCE.0, CADENCE.1, proto::MetricType::GAUGE, cadence),
-        ];
-        for c in [&self.queue_depth as &dyn Collector, &self.inflight, &self.dead_letter] {
-            out.extend(c.collect());
-        }
-        for c in self.plan.collectors() {
-            out.extend(c.collect());
-        }
-        out
+    }
+}
+
+impl Collector for SnapshotGauges {
+    fn desc(&self) -> Vec<&Desc> {
+        self.collectors().flat_map(|c| c.desc()).collect()
+    }
+
+    fn collect(&self) -> Vec<proto::MetricFamily> {
+        self.collectors().flat_map(|c| c.collect()).collect()
     }
 }
 
@@ -516,49 +482,5 @@ impl PlanGauges {
                 .set(i64::from(p.over_budget));
             self.shed.with_label_values(&[pool]).set(p.shed as i64);
         }
-    }
-}
-
-/// `pollster_instance_info`: one series per enabled instance carrying what
-/// alert rules join on (type, pool, the `critical` label).
-struct InfoCollector {
-    catalog: Arc<RwLock<Arc<Catalog>>>,
-    info: IntGaugeVec,
-}
-
-impl InfoCollector {
-    fn new(catalog: Arc<RwLock<Arc<Catalog>>>) -> Result<Self, prometheus::Error> {
-        let info = IntGaugeVec::new(
-            Opts::new(
-                "pollster_instance_info",
-                "Always 1 for each enabled instance: its type, budget pool (empty when unbudgeted) and whether it carries the label critical=\"true\".",
-            ),
-            &["instance", "instance_type", "pool", "critical"],
-        )?;
-        Ok(InfoCollector { catalog, info })
-    }
-}
-
-impl Collector for InfoCollector {
-    fn desc(&self) -> Vec<&Desc> {
-        self.info.desc()
-    }
-
-    fn collect(&self) -> Vec<proto::MetricFamily> {
-        self.info.reset();
-        let cat = self.catalog.read().unwrap_or_else(|e| e.into_inner()).clone();
-        for e in cat.instances.values().filter(|e| e.config.enabled) {
-            let c = &e.config;
-            let critical = c.labels.get("critical").is_some_and(|v| v == "true");
-            self.info
-                .with_label_values(&[
-                    c.name.as_str(),
-                    c.type_name.as_str(),
-                    c.budget.as_deref().unwrap_or(""),
-                    if critical { "true" } else { "false" },
-                ])
-                .set(1);
-        }
-        self.info.collect()
     }
 }

@@ -1,66 +1,69 @@
-//! Per-task series kept compactly and turned into metric families only at
-//! scrape time.
+//! Per-task series kept compactly and turned into text only at scrape time.
 //!
 //! A `*Vec` of the prometheus crate keeps, for every label combination, its
 //! own label pairs, descriptor references and (for a histogram) a core with
 //! two sets of buckets: about 1.6 KiB per task for the three poll families,
 //! and every observation hashes the label values to find its series. Here a
 //! task's poll counts are one small block of atomics (≈ 170 bytes with its
-//! map entry) found by the task key, and the label pairs exist only while a
-//! scrape is being rendered.
+//! map entry) found by the task key. A scrape copies the map's entries out
+//! under its read lock ([`PollSeries::rows`]) and reads the atomics after
+//! the lock is released.
+//!
+//! The counts of a task that goes (or changes type) are kept, summed by
+//! instance type and group, so that the histogram without the `instance`
+//! label (`[metrics] per_instance_histograms = false`) never goes down.
 
 use crate::model::{ErrorCategory, TaskKey};
-use prometheus::core::{Collector, Desc};
-use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::DURATION_BUCKETS;
 
 pub(super) const POLL_TOTAL: &str = "pollster_monitor_poll_total";
-const POLL_TOTAL_HELP: &str = "Poll attempts by result (success or error).";
+pub(super) const POLL_TOTAL_HELP: &str = "Poll attempts by result (success or error).";
 pub(super) const POLL_DURATION: &str = "pollster_monitor_poll_duration_seconds";
-const POLL_DURATION_HELP: &str = "Duration of each poll, success or failure.";
+pub(super) const POLL_DURATION_HELP: &str = "Duration of each poll, success or failure.";
 pub(super) const POLL_ERRORS: &str = "pollster_monitor_poll_errors_total";
-const POLL_ERRORS_HELP: &str = "Failed polls by error category (transient or permanent).";
+pub(super) const POLL_ERRORS_HELP: &str = "Failed polls by error category (transient or permanent).";
 
-/// Label pairs in the order given.
-pub(super) fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
-    pairs
-        .iter()
-        .map(|(name, value)| {
-            let mut l = LabelPair::default();
-            l.set_name((*name).to_string());
-            l.set_value((*value).to_string());
-            l
-        })
-        .collect()
+/// Buckets of a duration histogram, the last one above every bound.
+pub(super) const BUCKETS: usize = DURATION_BUCKETS.len() + 1;
+
+/// A task's (or a sum of tasks') poll counts as plain values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Totals {
+    pub success: u64,
+    pub error: u64,
+    pub transient: u64,
+    pub permanent: u64,
+    /// Non-cumulative, as in [`Counts`].
+    pub buckets: [u64; BUCKETS],
+    pub sum_nanos: u64,
 }
 
-pub(super) fn family(name: &str, help: &str, ty: MetricType, metrics: Vec<proto::Metric>) -> MetricFamily {
-    let mut f = MetricFamily::default();
-    f.set_name(name.to_string());
-    f.set_help(help.to_string());
-    f.set_field_type(ty);
-    f.set_metric(metrics);
-    f
-}
+impl Totals {
+    pub fn add(&mut self, o: &Totals) {
+        self.success += o.success;
+        self.error += o.error;
+        self.transient += o.transient;
+        self.permanent += o.permanent;
+        for (a, b) in self.buckets.iter_mut().zip(&o.buckets) {
+            *a += b;
+        }
+        self.sum_nanos = self.sum_nanos.wrapping_add(o.sum_nanos);
+    }
 
-pub(super) fn gauge(labels: Vec<LabelPair>, value: f64) -> proto::Metric {
-    let mut g = proto::Gauge::default();
-    g.set_value(value);
-    let mut m = proto::Metric::from_label(labels);
-    m.set_gauge(g);
-    m
-}
+    /// Observations counted (the histogram's `_count`).
+    #[cfg(test)]
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
 
-fn counter(labels: Vec<LabelPair>, value: u64) -> proto::Metric {
-    let mut c = proto::Counter::default();
-    c.set_value(value as f64);
-    let mut m = proto::Metric::from_label(labels);
-    m.set_counter(c);
-    m
+    /// The histogram's `_sum`, in seconds.
+    pub fn sum_seconds(&self) -> f64 {
+        self.sum_nanos as f64 / 1e9
+    }
 }
 
 /// One task's poll counts.
@@ -113,50 +116,80 @@ impl Counts {
         }
         .fetch_add(1, Ordering::Relaxed);
     }
+
+    fn load(&self) -> Totals {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Totals {
+            success: l(&self.success),
+            error: l(&self.error),
+            transient: l(&self.transient),
+            permanent: l(&self.permanent),
+            buckets: std::array::from_fn(|i| l(&self.buckets[i])),
+            sum_nanos: l(&self.sum_nanos),
+        }
+    }
 }
+
+/// An instance type and a group: what the histogram without `instance`
+/// is labelled by.
+pub(super) type TypeGroup = (Arc<str>, Arc<str>);
+
+/// The counts of tasks that went, by (instance type, group).
+type Retired = FxHashMap<TypeGroup, Totals>;
 
 /// `pollster_monitor_poll_total`, `_poll_duration_seconds` and
 /// `_poll_errors_total`, labelled by instance_type, instance and group. A
 /// series appears with the task's first poll (a result or category series
 /// with its first count) and goes when the task is forgotten.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct PollSeries {
     tasks: RwLock<FxHashMap<TaskKey, Arc<Counts>>>,
-    descs: Vec<Desc>,
+    retired: Mutex<Retired>,
+}
+
+/// One task's counts as a scrape sees them: the counts are read after the
+/// map's lock is released.
+pub(super) struct PollRow {
+    pub key: TaskKey,
+    counts: Arc<Counts>,
+}
+
+impl PollRow {
+    pub fn type_name(&self) -> &Arc<str> {
+        &self.counts.type_name
+    }
+
+    pub fn totals(&self) -> Totals {
+        self.counts.load()
+    }
+}
+
+/// What a scrape renders the poll families from.
+pub(super) struct PollRows {
+    /// Every task with a count, in (instance type, instance, group) order.
+    pub tasks: Vec<PollRow>,
+    /// The counts of tasks that went, by (instance type, group).
+    pub retired: Vec<(TypeGroup, Totals)>,
+}
+
+impl PollRows {
+    /// Every task's and every gone task's counts summed by (instance type,
+    /// group), in that order: what the histogram without `instance` shows.
+    pub fn by_type_and_group(&self) -> Vec<((&str, &str), Totals)> {
+        let mut sums: std::collections::BTreeMap<(&str, &str), Totals> = Default::default();
+        for ((t, g), totals) in &self.retired {
+            sums.entry((t, g)).or_default().add(totals);
+        }
+        for r in &self.tasks {
+            sums.entry((r.type_name(), &r.key.group)).or_default().add(&r.totals());
+        }
+        sums.into_iter().collect()
+    }
 }
 
 impl PollSeries {
-    pub fn new() -> Result<PollSeries, prometheus::Error> {
-        let task = ["instance_type", "instance", "group"].map(String::from).to_vec();
-        let with = |extra: &str| {
-            let mut l = task.clone();
-            l.push(extra.to_string());
-            l
-        };
-        let descs = vec![
-            Desc::new(
-                POLL_TOTAL.into(),
-                POLL_TOTAL_HELP.into(),
-                with("result"),
-                Default::default(),
-            )?,
-            Desc::new(
-                POLL_DURATION.into(),
-                POLL_DURATION_HELP.into(),
-                task.clone(),
-                Default::default(),
-            )?,
-            Desc::new(
-                POLL_ERRORS.into(),
-                POLL_ERRORS_HELP.into(),
-                with("category"),
-                Default::default(),
-            )?,
-        ];
-        Ok(PollSeries {
-            tasks: RwLock::new(FxHashMap::default()),
-            descs,
-        })
+    pub fn new() -> PollSeries {
+        PollSeries::default()
     }
 
     /// Count one finished poll of `key` (of type `type_name`).
@@ -176,14 +209,26 @@ impl PollSeries {
             .or_insert_with(|| Arc::new(Counts::new(type_name)));
         if c.type_name != *type_name {
             // The instance changed type: its series are new ones.
-            *c = Arc::new(Counts::new(type_name));
+            let old = std::mem::replace(c, Arc::new(Counts::new(type_name)));
+            self.retire(key, &old);
         }
         c.observe(seconds, error);
     }
 
     /// Drop the series of a task that no longer exists.
     pub fn forget(&self, key: &TaskKey) {
-        self.tasks.write().unwrap_or_else(|e| e.into_inner()).remove(key);
+        let gone = self.tasks.write().unwrap_or_else(|e| e.into_inner()).remove(key);
+        if let Some(c) = gone {
+            self.retire(key, &c);
+        }
+    }
+
+    fn retire(&self, key: &TaskKey, c: &Counts) {
+        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        retired
+            .entry((c.type_name.clone(), key.group.clone()))
+            .or_default()
+            .add(&c.load());
     }
 
     /// (successes, errors) over every task.
@@ -196,66 +241,29 @@ impl PollSeries {
             )
         })
     }
-}
 
-impl Collector for PollSeries {
-    fn desc(&self) -> Vec<&Desc> {
-        self.descs.iter().collect()
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        // Copy the counts out first: the map's lock is held only for that.
-        let rows: Vec<(TaskKey, Arc<Counts>)> = {
+    /// The scrape's copy: the map's read lock is held only to clone its
+    /// entries (two reference counts each); the sort and the reads of the
+    /// counts come after.
+    pub(super) fn rows(&self) -> PollRows {
+        let mut tasks: Vec<PollRow> = {
             let tasks = self.tasks.read().unwrap_or_else(|e| e.into_inner());
-            tasks.iter().map(|(k, c)| (k.clone(), c.clone())).collect()
+            tasks
+                .iter()
+                .map(|(k, c)| PollRow {
+                    key: k.clone(),
+                    counts: c.clone(),
+                })
+                .collect()
         };
-        let (mut total, mut duration, mut errors) = (Vec::new(), Vec::with_capacity(rows.len()), Vec::new());
-        for (key, c) in &rows {
-            let task = [
-                ("instance_type", &*c.type_name),
-                ("instance", &*key.instance),
-                ("group", &*key.group),
-            ];
-            let with = |name: &'static str, value: &'static str| {
-                let mut l = labels(&task);
-                l.extend(labels(&[(name, value)]));
-                l
-            };
-            for (result, n) in [("success", &c.success), ("error", &c.error)] {
-                let n = n.load(Ordering::Relaxed);
-                if n > 0 {
-                    total.push(counter(with("result", result), n));
-                }
-            }
-            for (category, n) in [("transient", &c.transient), ("permanent", &c.permanent)] {
-                let n = n.load(Ordering::Relaxed);
-                if n > 0 {
-                    errors.push(counter(with("category", category), n));
-                }
-            }
-            let mut cumulative = 0;
-            let mut buckets = Vec::with_capacity(DURATION_BUCKETS.len());
-            for (bound, n) in DURATION_BUCKETS.iter().zip(&c.buckets) {
-                cumulative += n.load(Ordering::Relaxed);
-                let mut b = proto::Bucket::default();
-                b.set_upper_bound(*bound);
-                b.set_cumulative_count(cumulative);
-                buckets.push(b);
-            }
-            cumulative += c.buckets[DURATION_BUCKETS.len()].load(Ordering::Relaxed);
-            let mut h = proto::Histogram::default();
-            h.set_sample_count(cumulative);
-            h.set_sample_sum(c.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9);
-            h.set_bucket(buckets);
-            let mut m = proto::Metric::from_label(labels(&task));
-            m.set_histogram(h);
-            duration.push(m);
-        }
-        vec![
-            family(POLL_TOTAL, POLL_TOTAL_HELP, MetricType::COUNTER, total),
-            family(POLL_DURATION, POLL_DURATION_HELP, MetricType::HISTOGRAM, duration),
-            family(POLL_ERRORS, POLL_ERRORS_HELP, MetricType::COUNTER, errors),
-        ]
+        tasks.sort_unstable_by(|a, b| {
+            (a.type_name(), &a.key.instance, &a.key.group).cmp(&(b.type_name(), &b.key.instance, &b.key.group))
+        });
+        let retired = {
+            let r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+            r.iter().map(|(k, t)| (k.clone(), *t)).collect()
+        };
+        PollRows { tasks, retired }
     }
 }
 
@@ -267,88 +275,88 @@ mod tests {
         TaskKey::new(i, "probe")
     }
 
-    fn find<'a>(fams: &'a [MetricFamily], name: &str) -> &'a MetricFamily {
-        fams.iter().find(|f| f.name() == name).expect("family")
-    }
-
-    fn label<'a>(m: &'a proto::Metric, name: &str) -> &'a str {
-        m.get_label()
+    fn totals_of(rows: &PollRows, instance: &str) -> Totals {
+        rows.tasks
             .iter()
-            .find(|l| l.name() == name)
-            .map_or("", |l| l.value())
+            .find(|r| &*r.key.instance == instance)
+            .map(PollRow::totals)
+            .expect("a row")
     }
 
     #[test]
-    fn counts_land_in_the_right_series_and_buckets() {
-        let s = PollSeries::new().expect("descs");
+    fn counts_land_in_the_right_task_and_buckets() {
+        let s = PollSeries::new();
         let ty: Arc<str> = Arc::from("http");
         s.observe(&ty, &key("a"), 0.02, None);
         s.observe(&ty, &key("a"), 0.02, None);
         s.observe(&ty, &key("a"), 40.0, Some(ErrorCategory::Transient));
         s.observe(&ty, &key("b"), 0.01, Some(ErrorCategory::Permanent));
         assert_eq!(s.totals(), (2, 2));
-        let fams = s.collect();
-        let total = find(&fams, POLL_TOTAL);
-        assert_eq!(total.get_metric().len(), 3, "a: success + error, b: error");
-        for m in total.get_metric() {
-            let expect = match (label(m, "instance"), label(m, "result")) {
-                ("a", "success") => 2.0,
-                ("a", "error") | ("b", "error") => 1.0,
-                other => panic!("unexpected series {other:?}"),
-            };
-            assert_eq!(m.get_counter().get_value(), expect);
-            assert_eq!(label(m, "instance_type"), "http");
-            assert_eq!(label(m, "group"), "probe");
-        }
-        let errors = find(&fams, POLL_ERRORS);
-        let cats: Vec<(&str, &str)> = errors
-            .get_metric()
-            .iter()
-            .map(|m| (label(m, "instance"), label(m, "category")))
-            .collect();
-        assert_eq!(cats.len(), 2);
-        assert!(cats.contains(&("a", "transient")) && cats.contains(&("b", "permanent")));
-        let hist = find(&fams, POLL_DURATION)
-            .get_metric()
-            .iter()
-            .find(|m| label(m, "instance") == "a")
-            .expect("a's histogram")
-            .get_histogram();
-        assert_eq!(hist.get_sample_count(), 3);
-        assert!((hist.get_sample_sum() - 40.04).abs() < 1e-6);
-        let cum: Vec<(f64, u64)> = hist
-            .get_bucket()
-            .iter()
-            .map(|b| (b.upper_bound(), b.cumulative_count()))
-            .collect();
+        let rows = s.rows();
+        assert_eq!(rows.tasks.len(), 2);
+        let a = totals_of(&rows, "a");
+        assert_eq!((a.success, a.error, a.transient, a.permanent), (2, 1, 1, 0));
+        assert_eq!(a.count(), 3);
+        assert!((a.sum_seconds() - 40.04).abs() < 1e-6);
         // 0.02 s twice: in the 0.025 bucket; 40 s: above every bound.
-        assert_eq!(cum[0], (0.01, 0));
-        assert_eq!(cum[1], (0.025, 2));
-        assert_eq!(cum.last().copied(), Some((30.0, 2)));
+        assert_eq!(a.buckets[0], 0);
+        assert_eq!(a.buckets[1], 2);
+        assert_eq!(a.buckets[BUCKETS - 1], 1);
         // A bound is inclusive, as in Prometheus: 0.01 s counts in le=0.01.
-        let b = find(&fams, POLL_DURATION)
-            .get_metric()
-            .iter()
-            .find(|m| label(m, "instance") == "b")
-            .expect("b's histogram")
-            .get_histogram()
-            .get_bucket()[0]
-            .cumulative_count();
-        assert_eq!(b, 1);
+        let b = totals_of(&rows, "b");
+        assert_eq!((b.buckets[0], b.error, b.permanent), (1, 1, 1));
     }
 
     #[test]
-    fn forgotten_and_retyped_tasks_start_again() {
-        let s = PollSeries::new().expect("descs");
+    fn rows_come_in_type_instance_group_order() {
+        let s = PollSeries::new();
+        let (x, y): (Arc<str>, Arc<str>) = (Arc::from("x"), Arc::from("y"));
+        for (ty, i, g) in [
+            (&y, "a", "1"),
+            (&x, "b", "2"),
+            (&x, "b", "1"),
+            (&x, "c", "0"),
+            (&y, "0", "9"),
+        ] {
+            s.observe(ty, &TaskKey::new(i, g), 0.1, None);
+        }
+        let order: Vec<(String, String, String)> = s
+            .rows()
+            .tasks
+            .iter()
+            .map(|r| {
+                (
+                    r.type_name().to_string(),
+                    r.key.instance.to_string(),
+                    r.key.group.to_string(),
+                )
+            })
+            .collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted);
+        assert_eq!(order.len(), 5);
+    }
+
+    #[test]
+    fn forgotten_and_retyped_tasks_start_again_and_their_counts_are_kept_by_type_and_group() {
+        let s = PollSeries::new();
         let (http, pve): (Arc<str>, Arc<str>) = (Arc::from("http"), Arc::from("pve"));
         s.observe(&http, &key("a"), 0.1, None);
+        s.observe(&http, &key("a"), 0.1, None);
         s.observe(&pve, &key("a"), 0.1, None);
-        let fams = s.collect();
-        let total = find(&fams, POLL_TOTAL).get_metric();
-        assert_eq!(total.len(), 1);
-        assert_eq!(label(&total[0], "instance_type"), "pve");
-        assert_eq!(total[0].get_counter().get_value(), 1.0);
+        let rows = s.rows();
+        assert_eq!(rows.tasks.len(), 1);
+        assert_eq!(&**rows.tasks[0].type_name(), "pve");
+        assert_eq!(rows.tasks[0].totals().success, 1);
         s.forget(&key("a"));
-        assert!(s.collect().iter().all(|f| f.get_metric().is_empty()));
+        let rows = s.rows();
+        assert!(rows.tasks.is_empty());
+        let sums: Vec<(String, u64)> = rows
+            .by_type_and_group()
+            .into_iter()
+            .map(|((t, g), totals)| (format!("{t}/{g}"), totals.count()))
+            .collect();
+        assert_eq!(sums, [("http/probe".to_string(), 2), ("pve/probe".to_string(), 1)]);
     }
 }

@@ -8,8 +8,8 @@
 //!   and only what changed takes effect; a removed one goes, as a removal in
 //!   the UI does; a new one is phased in. Every pool is re-planned once.
 //! - The settings the file sets, the budget pools, the sink (unless the UI
-//!   saved its own), the TLS certificates and the log level are applied
-//!   live. The listeners, `data_dir`, `max_connections` and the other
+//!   saved its own), the TLS certificates, the log level and `[metrics]`
+//!   are applied live. The listeners, `data_dir`, `max_connections` and the other
 //!   `[server]` keys wait for the next start: each that changed is named in
 //!   one WARN.
 //! - A bad file (or a combination the over-budget gate refuses) changes
@@ -27,7 +27,7 @@ use super::error::ServiceError;
 use super::with_store;
 use crate::config::{Config, ConfigError, LogConfig, ServerConfig};
 use crate::core::catalog::Catalog;
-use crate::metrics::ConfigReloadMetrics;
+use crate::metrics::Metrics;
 use crate::model::{FieldError, MonitoringSettings};
 use crate::sink::event::{Event, ReloadSummary};
 use serde::Serialize;
@@ -60,7 +60,8 @@ pub struct Reloader {
     running: tokio::sync::Mutex<Config>,
     tls: crate::tls::TlsHandle,
     log_level: std::sync::OnceLock<SetLogLevel>,
-    metrics: ConfigReloadMetrics,
+    /// The reload metrics, and `[metrics]` put in force.
+    metrics: Metrics,
 }
 
 /// What one reload changed (the answer of `POST /api/admin/reload`).
@@ -123,10 +124,10 @@ impl Reloader {
         running: Config,
         env: EnvSource,
         tls: crate::tls::TlsHandle,
-        metrics: ConfigReloadMetrics,
+        metrics: Metrics,
         started: crate::model::Timestamp,
     ) -> Reloader {
-        metrics.succeeded(started, false);
+        metrics.config_reload.succeeded(started, false);
         Reloader {
             file: running.file.clone(),
             env,
@@ -158,7 +159,7 @@ impl Reloader {
         match self.reload_locked(cx, &running).await {
             Ok((next, report)) => {
                 *running = next;
-                self.metrics.succeeded(now, true);
+                self.metrics.config_reload.succeeded(now, true);
                 tracing::info!(
                     actor,
                     file = %target,
@@ -177,7 +178,7 @@ impl Reloader {
                 Ok(report)
             }
             Err(e) => {
-                self.metrics.failed();
+                self.metrics.config_reload.failed();
                 let first = first_error(&e);
                 tracing::error!(
                     actor,
@@ -268,6 +269,14 @@ impl Reloader {
         if sink != cx.engine.sink_config() {
             report.sink_changed = true;
             cx.engine.apply_sink_config(sink);
+        }
+        if next.metrics.per_instance_histograms != self.metrics.per_instance_histograms() {
+            tracing::info!(
+                per_instance_histograms = next.metrics.per_instance_histograms,
+                "metrics.per_instance_histograms changed: the next scrape shows it"
+            );
+            self.metrics
+                .set_per_instance_histograms(next.metrics.per_instance_histograms);
         }
         if next.log.level != running.log.level {
             match self.log_level.get() {

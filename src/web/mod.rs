@@ -14,6 +14,7 @@ pub mod posture;
 pub mod serve;
 pub mod session;
 pub mod session_store;
+pub mod stream;
 pub mod throttle;
 
 use crate::engine::EngineHandle;
@@ -503,18 +504,26 @@ async fn values(
     }
 }
 
-async fn metrics(axum::extract::State(app): axum::extract::State<AppState>) -> impl IntoResponse {
+/// `GET /metrics`: the text is written on a blocking thread and sent as it
+/// is written ([`stream`]), never held whole.
+async fn metrics(axum::extract::State(app): axum::extract::State<AppState>) -> axum::response::Response {
+    // A scrape of 100,000 tasks is a few hundred milliseconds of a core and
+    // a few tens of MB: scrapes beyond two at a time wait their turn, so a
+    // client looping on the (unauthenticated) listener cannot multiply them.
+    static SCRAPES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+    let Ok(turn) = SCRAPES.acquire().await else {
+        return error::ApiError::internal("the scrape semaphore is closed").into_response();
+    };
     let metrics = app.metrics.clone();
-    match tokio::task::spawn_blocking(move || metrics.render()).await {
-        Ok(body) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            body,
-        ),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            e.to_string(),
-        ),
-    }
+    let (tx, body) = stream::channel();
+    tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        metrics.write(tx).finish();
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        axum::body::Body::new(body),
+    )
+        .into_response()
 }

@@ -471,6 +471,99 @@ async fn metrics_have_the_spec_names_and_pass_promtool() {
     app.stop().await;
 }
 
+/// `[metrics] per_instance_histograms = false`: the duration histogram is
+/// one series per instance type and group, and every other per-task
+/// family keeps its `instance` label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_per_instance_histograms_only_the_duration_histogram_loses_instance() {
+    let app = TestApp::spawn_with(
+        vec![("h-1", Behaviour::Healthy), ("h-2", Behaviour::Healthy)],
+        &std::collections::BTreeMap::new(),
+        |c| c.metrics.per_instance_histograms = false,
+    )
+    .await;
+    app.wait_health(WAIT, "a success of each", |h| {
+        ["h-1", "h-2"]
+            .iter()
+            .all(|i| staleness(h, i).is_some_and(|s| s["lastSuccess"].is_string()))
+    })
+    .await;
+    let body = app.metrics().await;
+    let durations: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("pollster_monitor_poll_duration_seconds"))
+        .collect();
+    assert!(!durations.is_empty(), "no duration histogram in\n{body}");
+    assert!(durations.iter().all(|l| !l.contains("instance=\"")), "{durations:#?}");
+    let count = durations
+        .iter()
+        .find(|l| l.starts_with("pollster_monitor_poll_duration_seconds_count{"))
+        .expect("a count");
+    assert!(count.contains("group=\"probe\""), "{count}");
+    let n: u64 = count.rsplit(' ').next().and_then(|v| v.parse().ok()).expect("a number");
+    assert!(n >= 2, "both instances' polls are in the one series: {count}");
+    for family in [
+        "pollster_monitor_poll_total{",
+        "pollster_monitor_poll_staleness_seconds{",
+        "pollster_monitor_poll_last_success_timestamp_seconds{",
+        "pollster_monitor_breaker_state{",
+    ] {
+        for instance in ["h-1", "h-2"] {
+            assert!(
+                body.lines()
+                    .any(|l| l.starts_with(family) && l.contains(&format!("instance=\"{instance}\""))),
+                "{family} of {instance} missing in\n{body}"
+            );
+        }
+    }
+    promtool::check_metrics(&body);
+    app.stop().await;
+}
+
+/// A scrape of more than one chunk is streamed (no `Content-Length`) and
+/// arrives whole: every family once, every instance's series, a valid text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_of_many_chunks_is_streamed_and_arrives_whole() {
+    let names: Vec<String> = (0..60).map(|i| format!("s-{i:02}")).collect();
+    let app = TestApp::spawn(names.iter().map(|n| (n.as_str(), Behaviour::Healthy)).collect()).await;
+    app.wait_health(WAIT, "a success of each", |h| {
+        names
+            .iter()
+            .all(|i| staleness(h, i).is_some_and(|s| s["lastSuccess"].is_string()))
+    })
+    .await;
+    let r = reqwest::get(format!("http://{}/metrics", app.metrics_addr))
+        .await
+        .expect("scrape");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers().get("content-length").is_none(), "{:?}", r.headers());
+    assert_eq!(
+        r.headers().get("transfer-encoding").and_then(|v| v.to_str().ok()),
+        Some("chunked")
+    );
+    let body = r.text().await.expect("the whole body");
+    assert!(
+        body.len() > 2 * pollster::metrics::CHUNK,
+        "{} bytes: not several chunks",
+        body.len()
+    );
+    assert!(body.ends_with('\n'));
+    for name in &names {
+        let count = format!("pollster_monitor_poll_duration_seconds_count{{instance_type=\"fast\",instance=\"{name}\"");
+        assert!(body.contains(&count), "{count} missing");
+    }
+    let mut families: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+        .collect();
+    let listed = families.len();
+    families.dedup();
+    assert_eq!(families.len(), listed, "a family twice");
+    assert!(families.windows(2).all(|w| w[0] < w[1]), "families in name order");
+    promtool::check_metrics(&body);
+    app.stop().await;
+}
+
 /// GET with the test token, answering (status, `Allow`, parsed JSON body).
 async fn raw(app: &TestApp, method: Method, path: &str) -> (u16, Option<String>, Value) {
     let r = app

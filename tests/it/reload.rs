@@ -136,6 +136,13 @@ fn config(data: &Path, api: u16, metrics: u16, extra_server: &str, instances: &[
     cfg
 }
 
+/// Whether the duration histogram has a series per instance.
+fn durations_by_instance(metrics: &str) -> bool {
+    metrics
+        .lines()
+        .any(|l| l.starts_with("pollster_monitor_poll_duration_seconds_count{") && l.contains("instance=\""))
+}
+
 fn has_instance(list: &Value, name: &str) -> bool {
     list["instances"]
         .as_array()
@@ -205,17 +212,26 @@ async fn sighup_applies_the_file_as_a_diff_and_a_bad_file_changes_nothing() {
     let m = server.metrics("/metrics").await;
     assert!(m.contains("pollster_config_last_reload_successful 1"), "{m}");
     assert!(m.contains("pollster_config_reloads_total{result=\"success\"} 0"), "{m}");
+    assert!(durations_by_instance(&m), "the histogram has instance by default: {m}");
     assert!(server.metrics("/values").await.contains("name=\"gone\""));
 
     // The edit: `gone` removed, `new` added, `tripped` changed (its timeout),
-    // `keep` and `dead` untouched; and a listener setting that needs a restart.
+    // `keep` and `dead` untouched; a listener setting that needs a restart;
+    // and the duration histogram without `instance`, which applies at once.
     let second = [
         ("keep", "hourly", fleet.url("keep"), "1s"),
         ("dead", "every4s", fleet.url("dead"), "1s"),
         ("tripped", "every4s", fleet.url("tripped"), "2s"),
         ("new", "every4s", fleet.url("new"), "1s"),
     ];
-    std::fs::write(&file, config(&data, api, metrics, "max_connections = 100\n", &second)).expect("write");
+    std::fs::write(
+        &file,
+        format!(
+            "[metrics]\nper_instance_histograms = false\n\n{}",
+            config(&data, api, metrics, "max_connections = 100\n", &second)
+        ),
+    )
+    .expect("write");
     let keep_hits = fleet.hits("keep");
     server.hangup();
     let after = server
@@ -259,6 +275,15 @@ async fn sighup_applies_the_file_as_a_diff_and_a_bad_file_changes_nothing() {
     let m = server.metrics("/metrics").await;
     assert!(m.contains("pollster_config_reloads_total{result=\"success\"} 1"), "{m}");
     assert!(m.contains("pollster_config_last_reload_successful 1"), "{m}");
+    assert!(!durations_by_instance(&m), "{m}");
+    assert!(
+        m.contains("pollster_monitor_poll_duration_seconds_count{instance_type=\"every4s\",group=\"probe\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("pollster_monitor_poll_total{instance_type=\"hourly\",instance=\"keep\""),
+        "{m}"
+    );
     let log = server.log();
     assert!(log.contains("config reloaded"), "{log}");
     assert!(
@@ -334,6 +359,7 @@ async fn sighup_applies_the_file_as_a_diff_and_a_bad_file_changes_nothing() {
     );
     let m = server.metrics("/metrics").await;
     assert!(m.contains("pollster_config_last_reload_successful 1"), "{m}");
+    assert!(durations_by_instance(&m), "[metrics] gone: the default again: {m}");
     drop(server);
     fleet.stop().await;
 }
