@@ -1453,7 +1453,8 @@ mod tests {
                         };
                         let full = format!("{root}{path}")
                             .replace("{item.serial}", serial)
-                            .replace("{item}", NETWORKS[0].id);
+                            .replace("{item}", NETWORKS[0].id)
+                            .replace("{item.id}", NETWORKS[0].id);
                         assert!(
                             super::super::answer(super::super::SimApi::Meraki, &full, query, 7).is_some(),
                             "{full} has no body"
