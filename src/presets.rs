@@ -216,11 +216,12 @@ mod tests {
                 each: "/data".into(),
                 key: key.into(),
                 fields: [("name".to_string(), "/name".to_string())].into(),
+                ..Default::default()
             }
         }
         type Spoil = fn(&mut TypeDef);
         // (what, the change, a part of the error that names the key)
-        let broken: [(&str, Spoil, &str); 31] = [
+        let broken: [(&str, Spoil, &str); 32] = [
             (
                 "fan_out path without {item}",
                 |t| grp(t, "node_status").path = "/api2/json/nodes".into(),
@@ -383,11 +384,22 @@ mod tests {
                 "lookups.guest.key",
             ),
             (
-                "a lookup table from a fan-out",
+                "a lookup table reading the item outside a fan-out",
                 |t| {
-                    grp(t, "node_status").lookups.insert("guest".into(), table("/vmid"));
+                    let mut guest = table("/vmid");
+                    guest.fields.insert("node".into(), "@item".into());
+                    grp(t, "version").lookups.insert("guest".into(), guest);
                 },
-                "fan_out group cannot give a lookup table",
+                "lookups.guest.fields.node",
+            ),
+            (
+                "a fan-out's lookup table reading an item field its items lack",
+                |t| {
+                    let mut guest = table("/vmid");
+                    guest.fields.insert("node".into(), "@item.node".into());
+                    grp(t, "node_status").lookups.insert("guest".into(), guest);
+                },
+                "lookups.guest.fields.node = @item.node: @item.node: group \"nodes\" names its items by one item_field",
             ),
             (
                 "a lookup table two groups give",

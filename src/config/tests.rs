@@ -450,6 +450,32 @@ fn value_rule_errors_name_the_rule_key_type_and_group() {
 
     let limit = format!("{group}max_series = 0\n");
     expect_file_error(&limit, "types[0].groups[0].max_series", "0");
+
+    // A fan-out's lookup table reads its items' fields; `many` names one.
+    let fan_out = "[[types]]\nname = \"meraki\"\n[[types.groups]]\nname = \"nets\"\npath = \"/networks\"\n\
+                   shape_from = \"\"\nitem_fields = [\"id\", \"name\"]\n\
+                   [[types.groups]]\nname = \"ssids\"\npath = \"/networks/{item.id}/ssids\"\nfan_out = \"nets\"\n";
+    let table = |fields: &str, many: &str| {
+        format!(
+            "{fan_out}lookups = {{ ssid = {{ each = \"\", key = \"/name\", fields = {{ {fields} }}, many = {{ {many} }} }} }}\n"
+        )
+    };
+    let good = table("id = \"@item.id\", name = \"@item.name\"", "id = \"multiple\"");
+    load_text(&good, &no_env())
+        .1
+        .expect("a fan-out table of the items' fields");
+    let e = expect_file_error(
+        &table("id = \"@item.zone\"", ""),
+        "types[0].groups[1].lookups.ssid.fields.id",
+        "\"@item.zone\"",
+    );
+    assert!(e.message.contains("item_fields are id, name"), "{e}");
+    let e = expect_file_error(
+        &table("id = \"@item.id\"", "name = \"multiple_({@count}_networks)\""),
+        "types[0].groups[1].lookups.ssid.many.name",
+        "\"multiple_({@count}_networks)\"",
+    );
+    assert!(e.message.contains("not a field of the table"), "{e}");
 }
 
 #[test]

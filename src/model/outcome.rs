@@ -119,7 +119,9 @@ pub struct PollSuccess {
     /// successful item's. `None` for a group without `keep_body`.
     pub kept_body: Option<KeptBodies>,
     /// The facts a group with `facts` learned about its instance (those
-    /// its body had). `None` for a group without facts.
+    /// its body had), and the rows of its lookup tables (a fan-out's,
+    /// learned over the items that answered). `None` for a group without
+    /// facts or tables.
     pub facts: Option<crate::values::Facts>,
 }
 

@@ -347,8 +347,9 @@ impl TypeDef {
     }
 
     /// `facts` and `lookups`: valid names and pointers, each fact and table
-    /// given by one group of the type, never by a fan-out (its facts would
-    /// be per item).
+    /// given by one group of the type; facts never by a fan-out (they would
+    /// be per item), and a table's `@item` fields only by one (reading its
+    /// items' fields).
     fn validate_facts(&self, g: &GroupDef, gf: &str) -> Result<(), FieldError> {
         for (name, pointer) in &g.facts {
             let key = format!("{gf}.facts.{name}");
@@ -390,12 +391,34 @@ impl TypeDef {
                 };
                 return Err(FieldError::new(key, e.value, e.message));
             }
-            if g.fan_out.is_some() {
-                return Err(FieldError::new(
-                    key,
-                    name,
-                    "a fan_out group cannot give a lookup table (it has one body per item)",
-                ));
+            for (field, text) in &lookup.fields {
+                let wanted = match text.strip_prefix("@item") {
+                    Some("") => None,
+                    Some(rest) => match rest.strip_prefix('.') {
+                        Some(f) => Some(f),
+                        None => continue,
+                    },
+                    None => continue,
+                };
+                let k = format!("{key}.fields.{field}");
+                let Some(src) = g.fan_out.as_deref() else {
+                    return Err(FieldError::new(
+                        k,
+                        text,
+                        "the group has no fan_out, so there is no item",
+                    ));
+                };
+                let have = self.learned(src).map(|o| o.item_fields.as_slice()).unwrap_or_default();
+                if let Some(f) = wanted
+                    && !have.iter().any(|h| h == f)
+                {
+                    let why = if have.is_empty() {
+                        format!("group {src:?} names its items by one item_field: write @item")
+                    } else {
+                        format!("group {src:?}'s item_fields are {}", have.join(", "))
+                    };
+                    return Err(FieldError::new(k, text, format!("@item.{f}: {why}")));
+                }
             }
             if let Some(other) = self
                 .groups

@@ -68,6 +68,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::values::lookup::Rows;
+
+/// A request's outcome, with a fan-out item's lookup rows.
+type Fetched = Result<(PollSuccess, Option<Rows>), PollError>;
+
 pub use classify::{classify_status, classify_transport, parse_retry_after, response_error};
 
 /// `User-Agent` sent on every request.
@@ -167,6 +172,7 @@ impl Poller {
         }
         self.fetch_timed(instance, base, &group.path, BodyUse::of(group), instance.timeout)
             .await
+            .map(|(ok, _)| ok)
     }
 
     /// One request under a timeout of `timeout` (connect, TLS, headers,
@@ -178,7 +184,7 @@ impl Poller {
         path: &str,
         uses: BodyUse<'_>,
         timeout: Duration,
-    ) -> PollResult {
+    ) -> Fetched {
         match tokio::time::timeout(timeout, self.fetch(instance, base, path, uses)).await {
             Ok(result) => result,
             Err(_) => Err(timeout_error(instance.timeout)),
@@ -187,8 +193,9 @@ impl Poller {
 
     /// `GET <instance url>/<path>`: status classification, the size limit
     /// and the digest; the body is also buffered, parsed and returned as
-    /// `uses` asks.
-    async fn fetch(&self, instance: &InstanceConfig, base: &BaseUrl, path: &str, uses: BodyUse<'_>) -> PollResult {
+    /// `uses` asks. A fan-out item's lookup rows come beside the success,
+    /// for the fan-out to learn over all its items.
+    async fn fetch(&self, instance: &InstanceConfig, base: &BaseUrl, path: &str, uses: BodyUse<'_>) -> Fetched {
         let url = join_parsed(base, path)?;
         let headers = request_headers(&instance.auth)?;
         let client = self.client_for(instance)?;
@@ -254,9 +261,14 @@ impl Poller {
             (Some(spec), Some(doc)) => Some(shape::shape_in(doc, spec.pointer, spec.items)?),
             _ => None,
         };
-        let facts = match &doc {
-            Some(doc) if learns => Some(crate::values::lookup::learn(doc, uses.facts, uses.lookups)),
-            _ => None,
+        let (facts, rows) = match (&doc, uses.item) {
+            (Some(doc), None) if learns => (Some(crate::values::lookup::learn(doc, uses.facts, uses.lookups)), None),
+            (Some(doc), Some(item)) if learns => {
+                let mut rows = Rows::default();
+                rows.add(doc, Some(item), uses.lookups);
+                (None, Some(rows))
+            }
+            _ => (None, None),
         };
         let json = if uses.json { doc.map(Polled::One) } else { None };
         // A body received whole is its `Content-Length` long (hyper ends it
@@ -274,17 +286,20 @@ impl Poller {
                 }))
             }
         };
-        Ok(PollSuccess {
-            status,
-            digest: digest_prefix(&hasher.finalize()),
-            body_bytes: size,
-            shape,
-            failed_items: Vec::new(),
-            body: if uses.forward { kept } else { None },
-            json,
-            kept_body,
-            facts,
-        })
+        Ok((
+            PollSuccess {
+                status,
+                digest: digest_prefix(&hasher.finalize()),
+                body_bytes: size,
+                shape,
+                failed_items: Vec::new(),
+                body: if uses.forward { kept } else { None },
+                json,
+                kept_body,
+                facts,
+            },
+            rows,
+        ))
     }
 
     /// A fan-out run: one request per item, at most [`FAN_OUT_CONCURRENCY`]
@@ -312,7 +327,7 @@ impl Poller {
             self.poll_item(instance, base, group, &items[i], end)
         })
         .await;
-        combine_fan_out(items, results)
+        combine_fan_out(items, results, &group.lookups)
     }
 
     /// One item of a fan-out: the group path with `{item}` filled in, as a
@@ -326,7 +341,7 @@ impl Poller {
         group: &GroupDef,
         item: &str,
         end: Option<tokio::time::Instant>,
-    ) -> PollResult {
+    ) -> Fetched {
         let path = shape::item_path(&group.path, item)?;
         let timeout = match end {
             Some(end) => instance
@@ -336,6 +351,7 @@ impl Poller {
         };
         let uses = BodyUse {
             shape: None,
+            item: Some(item),
             ..BodyUse::of(group)
         };
         self.fetch_timed(instance, base, &path, uses, timeout).await
@@ -567,6 +583,9 @@ struct BodyUse<'a> {
     lookups: &'a std::collections::BTreeMap<String, crate::values::Lookup>,
     /// `forward`: return the bytes.
     forward: bool,
+    /// The fan-out item the body belongs to: its lookup rows are returned
+    /// beside the success, not learned as facts of their own.
+    item: Option<&'a str>,
     /// `keep_body`: return the bytes and content type if the body is at
     /// most this many bytes (`max_body_bytes`).
     keep: Option<u64>,
@@ -587,6 +606,7 @@ impl<'a> BodyUse<'a> {
             facts: &group.facts,
             lookups: &group.lookups,
             forward: group.forward,
+            item: None,
             keep: group.keep_body.then_some(group.max_body_bytes),
         }
     }
@@ -611,7 +631,13 @@ fn content_type_of(headers: &HeaderMap) -> String {
 /// the successful `(item, digest)` pairs, the summed size, the failed items,
 /// the successful items' parsed and kept bodies), else the first item's
 /// error with its message prefixed by `all N items failed; first (ITEM): `.
-fn combine_fan_out(items: &[String], results: Vec<PollResult>) -> PollResult {
+/// The lookup tables are learned over the successful items' rows.
+fn combine_fan_out(
+    items: &[String],
+    results: Vec<Fetched>,
+    lookups: &std::collections::BTreeMap<String, crate::values::Lookup>,
+) -> PollResult {
+    let mut rows: Option<Rows> = None;
     let mut status = None;
     let mut hasher = Sha256::new();
     let mut body_bytes: u64 = 0;
@@ -621,7 +647,10 @@ fn combine_fan_out(items: &[String], results: Vec<PollResult>) -> PollResult {
     let mut kept: Option<Vec<(String, KeptBody)>> = None;
     for (item, result) in items.iter().zip(results) {
         match result {
-            Ok(ok) => {
+            Ok((ok, item_rows)) => {
+                if let Some(r) = item_rows {
+                    rows.get_or_insert_with(Rows::default).extend(r);
+                }
                 status.get_or_insert(ok.status);
                 if let Some(body) = &ok.body {
                     let value = match &ok.json {
@@ -660,7 +689,7 @@ fn combine_fan_out(items: &[String], results: Vec<PollResult>) -> PollResult {
             body: bodies.map(|b| serde_json::Value::Object(b).to_string().into_bytes()),
             json: docs.map(PolledJson::Items),
             kept_body: kept.map(Polled::Items),
-            facts: None,
+            facts: rows.map(|r| r.into_facts(lookups)),
         });
     }
     let n = failed.len();

@@ -1687,3 +1687,56 @@ async fn fan_out_keep_body_per_item() {
     assert_eq!(ok.failed_items.len(), 1);
     assert_eq!(ok.failed_items[0].item, "c");
 }
+
+#[tokio::test]
+async fn a_fan_out_learns_its_lookup_tables_over_the_items_that_answered() {
+    let routes = Routes::new(Duration::ZERO);
+    routes.set(
+        "/n/a/ssids",
+        "200 OK",
+        br#"[{"name":"Corp","enabled":true},{"name":"Guest","enabled":true}]"#,
+    );
+    routes.set(
+        "/n/b/ssids",
+        "200 OK",
+        br#"[{"name":"Corp","enabled":true},{"name":"Guest","enabled":false}]"#,
+    );
+    routes.set(
+        "/n/c/ssids",
+        "500 Internal Server Error",
+        br#"[{"name":"Guest","enabled":true}]"#,
+    );
+    let s = serve(Behaviour::Routes(routes)).await;
+    let inst = instance(s.url("http"));
+    let mut g = fan_out_group("/n/{item}/ssids");
+    g.lookups.insert(
+        "ssid".into(),
+        toml::from_str(
+            r#"
+            each = ""
+            where = { "/enabled" = "true" }
+            key = "/name"
+            fields = { network = "@item" }
+            many = { network = "multiple_({@count}_networks)" }
+            "#,
+        )
+        .unwrap(),
+    );
+    let ok = Poller::new()
+        .unwrap()
+        .poll(&inst, &g, &items(&["a", "b", "c"]))
+        .await
+        .unwrap();
+    assert_eq!(ok.failed_items.len(), 1);
+    let facts = ok.facts.expect("the table, learned over the items");
+    let got: Vec<(&str, &str)> = facts.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            ("ssid[Corp].network", "multiple_(2_networks)"),
+            ("ssid[Guest].network", "a"),
+            ("ssid[]", "2")
+        ],
+        "the failed item counts nothing"
+    );
+}

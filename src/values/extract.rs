@@ -475,7 +475,13 @@ fn run_rule(rule: &Rule, body: &Value, cx: Context<'_>, sink: &mut Sink<'_>) {
 
 /// Whether an element passes every `where` filter.
 fn keep(rule: &Rule, element: &Value) -> bool {
-    rule.filters.iter().all(|(field, filter)| {
+    passes(&rule.filters, element)
+}
+
+/// Whether an element passes every filter (a rule's or a lookup table's
+/// `where`).
+pub(super) fn passes(filters: &[(Pointer, Filter)], element: &Value) -> bool {
+    filters.iter().all(|(field, filter)| {
         let found = match field.resolve(element) {
             None | Some(Value::Null) => None,
             Some(v) => Some(v),

@@ -4,10 +4,16 @@
 //!
 //! A table is written `lookups = { device = { each = "", key = "/serial",
 //! fields = { name = "/name", model = "/model" } } }`: one row per element
-//! of `each`, keyed by the text at `key`, each field the text at its
-//! pointer. A label reads a field as `@lookup.device[/serial].name`, the
-//! key being a pointer into the element (or `@key`, `@item`,
-//! `@item.FIELD`, `@fact.NAME`).
+//! of `each` (that `where` keeps), keyed by the text at `key`, each field
+//! the text at its pointer (or, in a fan-out, `@item` / `@item.FIELD`: the
+//! item the body belongs to). A label reads a field as
+//! `@lookup.device[/serial].name`, the key being a pointer into the element
+//! (or `@key`, `@item`, `@item.FIELD`, `@fact.NAME`).
+//!
+//! A fan-out group's table is learned over all the items of one poll. When
+//! several elements (of one body, or of several items) have one key, the
+//! first gives the row, except for the fields `many` names: those read its
+//! text, `{@count}` being how many elements have the key.
 //!
 //! The rows are kept with the instance's facts, under names no fact can
 //! have (`device[Q2KN-5X8M-A1B2].name`), beside a marker (`device[]`)
@@ -20,26 +26,37 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use super::pointer::Pointer;
+use super::rule::{Filter, OneOrMany};
 use super::text::{Facts, push_text};
 
 /// A lookup table as written (`[groups.lookups.NAME]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Lookup {
     /// A pointer to the array or object whose elements are the rows.
     #[serde(default)]
     pub each: String,
+    /// `{ POINTER = "text" }` (or a list, or `true`/`false`): the elements
+    /// that give rows, as a rule's `where`.
+    #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
+    pub where_: Option<BTreeMap<String, OneOrMany>>,
     /// A pointer inside each element to the row's key.
     pub key: String,
-    /// Field name → a pointer inside the element to its text.
+    /// Field name → a pointer inside the element to its text, or (in a
+    /// fan-out) `@item` or `@item.FIELD`.
     pub fields: BTreeMap<String, String>,
+    /// Field name → its text when several elements have the row's key,
+    /// `{@count}` standing for how many.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub many: BTreeMap<String, String>,
 }
 
 /// A lookup that failed its check: the key inside it and why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{key} = {value}: {message}")]
 pub struct LookupError {
-    /// `each`, `key`, `fields.NAME`, or empty for the table's name.
+    /// `each`, `where.POINTER`, `key`, `fields.NAME`, `many.NAME`, or empty
+    /// for the table's name.
     pub key: String,
     pub value: String,
     pub message: String,
@@ -53,13 +70,81 @@ fn error(key: impl Into<String>, value: impl Into<String>, message: impl Into<St
     }
 }
 
+/// Where a field's text comes from.
+#[derive(Debug, Clone, PartialEq)]
+enum Source {
+    Pointer(Pointer),
+    /// `@item`: the fan-out item the body belongs to.
+    Item,
+    /// `@item.FIELD`: one field of it.
+    ItemField(String),
+}
+
+impl Source {
+    fn parse(text: &str) -> Result<Source, String> {
+        if text == "@item" {
+            return Ok(Source::Item);
+        }
+        if let Some(f) = text.strip_prefix("@item.") {
+            if !super::valid_label_name(f) {
+                return Err("an item field is [a-zA-Z_][a-zA-Z0-9_]*".into());
+            }
+            return Ok(Source::ItemField(f.to_string()));
+        }
+        Pointer::parse(text)
+            .map(Source::Pointer)
+            .map_err(|e| format!("{e} (a field is a pointer, or in a fan_out group @item or @item.FIELD)"))
+    }
+
+    fn text(&self, element: &Value, item: Option<&str>) -> Option<String> {
+        match self {
+            Source::Pointer(p) => scalar(p.resolve(element)),
+            Source::Item => item.map(str::to_string),
+            Source::ItemField(f) => item.and_then(|i| super::item::field(i, f)),
+        }
+    }
+}
+
+/// Checks a `many` text: literal text and `{@count}`.
+fn many_parts(text: &str) -> Result<(), String> {
+    let mut rest = text;
+    while let Some(i) = rest.find(['{', '}']) {
+        let after = &rest[i..];
+        match after.strip_prefix("{@count}") {
+            Some(tail) => rest = tail,
+            None => return Err("literal text and {@count}, no other braces".into()),
+        }
+    }
+    Ok(())
+}
+
+/// A table's parts, parsed; `fields` in the order of the table's.
+struct Compiled {
+    each: Pointer,
+    key: Pointer,
+    filters: Vec<(Pointer, Filter)>,
+    fields: Vec<Source>,
+}
+
 impl Lookup {
-    /// Checks the table's name, pointers and field names.
+    /// Checks the table's name, pointers, filters and field names.
     pub fn check(&self, name: &str) -> Result<(), LookupError> {
         if !super::valid_label_name(name) {
             return Err(error("", name, "a lookup table's name is [a-zA-Z_][a-zA-Z0-9_]*"));
         }
         Pointer::parse(&self.each).map_err(|e| error("each", &self.each, e.to_string()))?;
+        if let Some(w) = &self.where_ {
+            if w.is_empty() {
+                return Err(error("where", "{}", "names no field; omit it to keep every element"));
+            }
+            for (field, accepted) in w {
+                let key = format!("where.{field}");
+                Pointer::parse(field).map_err(|e| error(&key, field, e.to_string()))?;
+                if accepted.clone().into_filter() == Filter::AnyOf(Vec::new()) {
+                    return Err(error(key, "[]", "lists no value, so it would keep nothing"));
+                }
+            }
+        }
         Pointer::parse(&self.key).map_err(|e| error("key", &self.key, e.to_string()))?;
         if self.fields.is_empty() {
             return Err(error("fields", "{}", "names no field, so the table would hold nothing"));
@@ -69,12 +154,45 @@ impl Lookup {
             if !super::valid_label_name(field) {
                 return Err(error(key, field, "a field name is [a-zA-Z_][a-zA-Z0-9_]*"));
             }
-            Pointer::parse(pointer).map_err(|e| error(key, pointer, e.to_string()))?;
+            Source::parse(pointer).map_err(|e| error(key, pointer, e))?;
+        }
+        for (field, text) in &self.many {
+            let key = format!("many.{field}");
+            if !self.fields.contains_key(field) {
+                let names: Vec<&str> = self.fields.keys().map(String::as_str).collect();
+                return Err(error(
+                    key,
+                    text,
+                    format!("not a field of the table (its fields are {})", names.join(", ")),
+                ));
+            }
+            many_parts(text).map_err(|e| error(key, text, e))?;
         }
         Ok(())
     }
-}
 
+    /// The parsed table; `None` (nothing learned) if a part does not parse,
+    /// which [`Lookup::check`] refuses at load.
+    fn compile(&self) -> Option<Compiled> {
+        let filters = match &self.where_ {
+            None => Vec::new(),
+            Some(w) => w
+                .iter()
+                .map(|(p, a)| Some((Pointer::parse(p).ok()?, a.clone().into_filter())))
+                .collect::<Option<_>>()?,
+        };
+        Some(Compiled {
+            each: Pointer::parse(&self.each).ok()?,
+            key: Pointer::parse(&self.key).ok()?,
+            filters,
+            fields: self
+                .fields
+                .values()
+                .map(|p| Source::parse(p).ok())
+                .collect::<Option<_>>()?,
+        })
+    }
+}
 /// The name under which row `key`'s `field` of `table` is kept.
 pub fn row_fact(table: &str, key: &str, field: &str) -> String {
     format!("{table}[{key}].{field}")
@@ -106,12 +224,98 @@ fn scalar(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// One row being learned: the fields of the first element with its key
+/// (in the order of the table's `fields`, `None` for one it lacks), and how
+/// many elements have the key.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    fields: Vec<Option<String>>,
+    count: usize,
+}
+
+/// The rows of a group's tables being learned, from one body or from the
+/// bodies of a fan-out's items: table → key → row. A table is here only
+/// once some body had its `each`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rows {
+    tables: BTreeMap<String, BTreeMap<String, Row>>,
+}
+
+impl Rows {
+    /// Adds the rows of `doc`, the body of fan-out item `item` (`None`
+    /// outside a fan-out). A table whose `each` is not an array or object
+    /// gets nothing; an element `where` refuses or without a key gives no
+    /// row, and a field that is not a scalar is left out of its row.
+    pub fn add(&mut self, doc: &Value, item: Option<&str>, lookups: &BTreeMap<String, Lookup>) {
+        for (table, lookup) in lookups {
+            let Some(c) = lookup.compile() else { continue };
+            let elements: Vec<&Value> = match c.each.resolve(doc) {
+                Some(Value::Array(a)) => a.iter().collect(),
+                Some(Value::Object(m)) => m.values().collect(),
+                _ => continue,
+            };
+            let rows = self.tables.entry(table.clone()).or_default();
+            for element in elements {
+                if !super::extract::passes(&c.filters, element) {
+                    continue;
+                }
+                let Some(k) = scalar(c.key.resolve(element)) else {
+                    continue;
+                };
+                if let Some(row) = rows.get_mut(&k) {
+                    row.count += 1;
+                    continue;
+                }
+                let fields = c.fields.iter().map(|s| s.text(element, item)).collect();
+                rows.insert(k, Row { fields, count: 1 });
+            }
+        }
+    }
+
+    /// Adds the rows another body gave (a later item of the fan-out):
+    /// the counts add up, and a key already here keeps its first row.
+    pub fn extend(&mut self, other: Rows) {
+        for (table, rows) in other.tables {
+            let mine = self.tables.entry(table).or_default();
+            for (key, row) in rows {
+                match mine.get_mut(&key) {
+                    Some(first) => first.count += row.count,
+                    None => {
+                        mine.insert(key, row);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The facts the rows make: each row's fields (a row several elements
+    /// have reads the table's `many` texts, `{@count}` replaced), and each
+    /// table's marker with its number of rows.
+    pub fn into_facts(self, lookups: &BTreeMap<String, Lookup>) -> Facts {
+        let mut out = Facts::new();
+        for (table, rows) in self.tables {
+            let Some(lookup) = lookups.get(&table) else { continue };
+            out.insert(marker(&table), rows.len().to_string());
+            for (key, row) in rows {
+                for (field, text) in lookup.fields.keys().zip(row.fields) {
+                    let text = match lookup.many.get(field) {
+                        Some(many) if row.count > 1 => Some(many.replace("{@count}", &row.count.to_string())),
+                        _ => text,
+                    };
+                    if let Some(text) = text {
+                        out.insert(row_fact(&table, &key, field), text);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// What a body teaches its instance: each fact (`name → pointer`) whose
 /// pointer names a scalar, and every row of each lookup table with its
-/// marker. A table whose `each` is not an array or object is not learned;
-/// an element without a key gives no row, and a field that is not a
-/// scalar is left out of its row. With two elements of one key, the
-/// first is kept.
+/// marker (see [`Rows`]). With two elements of one key, the first gives
+/// the row, but for the fields the table's `many` names.
 pub fn learn(doc: &Value, facts: &BTreeMap<String, String>, lookups: &BTreeMap<String, Lookup>) -> Facts {
     let mut out = Facts::new();
     for (name, pointer) in facts {
@@ -120,37 +324,10 @@ pub fn learn(doc: &Value, facts: &BTreeMap<String, String>, lookups: &BTreeMap<S
             out.insert(name.clone(), text);
         }
     }
-    for (table, lookup) in lookups {
-        let (Ok(each), Ok(key)) = (Pointer::parse(&lookup.each), Pointer::parse(&lookup.key)) else {
-            continue;
-        };
-        let fields: Vec<(&String, Pointer)> = lookup
-            .fields
-            .iter()
-            .filter_map(|(f, p)| Some((f, Pointer::parse(p).ok()?)))
-            .collect();
-        let elements: Vec<&Value> = match each.resolve(doc) {
-            Some(Value::Array(a)) => a.iter().collect(),
-            Some(Value::Object(m)) => m.values().collect(),
-            _ => continue,
-        };
-        let mut rows = 0usize;
-        let mut seen = std::collections::BTreeSet::new();
-        for element in elements {
-            let Some(k) = scalar(key.resolve(element)) else {
-                continue;
-            };
-            if !seen.insert(k.clone()) {
-                continue;
-            }
-            rows += 1;
-            for (field, p) in &fields {
-                if let Some(text) = scalar(p.resolve(element)) {
-                    out.insert(row_fact(table, &k, field), text);
-                }
-            }
-        }
-        out.insert(marker(table), rows.to_string());
+    if !lookups.is_empty() {
+        let mut rows = Rows::default();
+        rows.add(doc, None, lookups);
+        out.extend(rows.into_facts(lookups));
     }
     out
 }
@@ -179,6 +356,7 @@ mod tests {
             each: String::new(),
             key: "/serial".into(),
             fields: BTreeMap::from([("name".into(), "/name".into()), ("model".into(), "/model".into())]),
+            ..Lookup::default()
         }
     }
 

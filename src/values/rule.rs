@@ -102,7 +102,7 @@ impl Aggregate {
 }
 
 impl OneOrMany {
-    fn into_filter(self) -> Filter {
+    pub(super) fn into_filter(self) -> Filter {
         match self {
             OneOrMany::Present(b) => Filter::Present(b),
             OneOrMany::One(s) => Filter::AnyOf(vec![s]),

@@ -677,6 +677,7 @@ fn lookups_join_fields_of_another_body_by_a_key_of_the_element() {
         each: String::new(),
         key: key.into(),
         fields: fields.iter().map(|(f, p)| (f.to_string(), p.to_string())).collect(),
+        ..Lookup::default()
     };
     let mut facts = lookup::learn(
         &devices,
@@ -1149,4 +1150,179 @@ fn a_value_read_from_the_parent_and_keep_first() {
     assert!(e.message.contains("set nested"), "{}", e.message);
     let e = compile_err("metric = \"m\"\neach = \"\"\nnested = \"/s\"\nvalue = \"@parent/a~2\"");
     assert_eq!(e.key, "value");
+}
+
+/// The per-network SSID lists of a fan-out over networks (items made of
+/// `id` and `name`), as Meraki's getNetworkWirelessSsids gives them.
+fn ssid_lists() -> Vec<(String, Value)> {
+    let net = |id: &str, name: &str| item::compose(&[("id", id.into()), ("name", name.into())]);
+    vec![
+        (
+            net("N1", "HQ Paris"),
+            json!([{"name": "Corp", "enabled": true}, {"name": "Guest", "enabled": true},
+                   {"name": "Unconfigured SSID 3", "enabled": false}]),
+        ),
+        (
+            net("N2", "Lyon"),
+            json!([{"name": "Corp", "enabled": true}, {"name": "Guest", "enabled": false},
+                   {"name": "Lab", "enabled": true}]),
+        ),
+        (
+            net("N3", "Nice"),
+            json!([{"name": "Corp", "enabled": true}, {"name": "Old", "enabled": false}]),
+        ),
+    ]
+}
+
+fn ssid_table() -> BTreeMap<String, Lookup> {
+    let table: Lookup = toml::from_str(
+        r#"
+        each = ""
+        where = { "/enabled" = "true" }
+        key = "/name"
+        fields = { id = "@item.id", name = "@item.name" }
+        many = { id = "multiple", name = "multiple_({@count}_networks)" }
+        "#,
+    )
+    .expect("the table parses");
+    assert_eq!(table.check("ssid_network"), Ok(()));
+    BTreeMap::from([("ssid_network".to_string(), table)])
+}
+
+#[test]
+fn a_fan_out_table_is_learned_over_its_items_and_counts_the_elements_of_a_key() {
+    let lookups = ssid_table();
+    let mut rows = lookup::Rows::default();
+    for (item, doc) in ssid_lists() {
+        let mut one = lookup::Rows::default();
+        one.add(&doc, Some(&item), &lookups);
+        rows.extend(one);
+    }
+    let facts = rows.into_facts(&lookups);
+    let want: Facts = [
+        ("ssid_network[]", "3"),
+        ("ssid_network[Corp].id", "multiple"),
+        ("ssid_network[Corp].name", "multiple_(3_networks)"),
+        ("ssid_network[Guest].id", "N1"),
+        ("ssid_network[Guest].name", "HQ Paris"),
+        ("ssid_network[Lab].id", "N2"),
+        ("ssid_network[Lab].name", "Lyon"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(
+        facts, want,
+        "disabled SSIDs give no row; Guest is enabled in one network only"
+    );
+
+    // Without `many`, a key several elements have keeps its first row.
+    let mut plain = lookups.clone();
+    plain.get_mut("ssid_network").expect("the table").many.clear();
+    let mut rows = lookup::Rows::default();
+    for (item, doc) in ssid_lists() {
+        rows.add(&doc, Some(&item), &plain);
+    }
+    let facts = rows.into_facts(&plain);
+    assert_eq!(facts["ssid_network[Corp].id"], "N1");
+    assert_eq!(facts["ssid_network[Corp].name"], "HQ Paris");
+
+    // In one body too, `many` reads the number of elements with the key.
+    let one_body = lookup::learn(
+        &json!([{"name": "Corp", "enabled": true}, {"name": "Corp", "enabled": true}]),
+        &BTreeMap::new(),
+        &lookups,
+    );
+    assert_eq!(one_body["ssid_network[Corp].name"], "multiple_(2_networks)");
+    assert_eq!(one_body["ssid_network[Corp].id"], "multiple");
+    let single = lookup::learn(&json!([{"name": "Corp", "enabled": true}]), &BTreeMap::new(), &lookups);
+    assert_eq!(
+        single.keys().collect::<Vec<_>>(),
+        ["ssid_network[]"],
+        "outside a fan-out @item reads nothing: a row of no fields"
+    );
+}
+
+#[test]
+fn a_rule_labels_by_the_count_a_fan_out_table_learned() {
+    let lookups = ssid_table();
+    let mut rows = lookup::Rows::default();
+    for (item, doc) in ssid_lists() {
+        rows.add(&doc, Some(&item), &lookups);
+    }
+    let facts = rows.into_facts(&lookups);
+    let r = compile(
+        r#"
+        metric = "meraki_mr_ssid_client_count"
+        each = ""
+        value = "/clients/counts/total"
+        labels = { ssid = "/name", network_id = "@lookup.ssid_network[/name].id", network_name = "@lookup.ssid_network[/name].name" }
+        defaults = { network_id = "unknown", network_name = "unknown" }
+        "#,
+    );
+    let usage = json!([
+        {"name": "Corp", "clients": {"counts": {"total": 27}}},
+        {"name": "Guest", "clients": {"counts": {"total": 9}}},
+        {"name": "Old", "clients": {"counts": {"total": 1}}},
+    ]);
+    let cx = Context {
+        facts: Some(&facts),
+        ..Context::default()
+    };
+    let mut x = Extractor::new(DEFAULT_MAX_SERIES);
+    x.feed_in(std::slice::from_ref(&r), &usage, cx);
+    let got: Vec<(String, String, String, f64)> = x
+        .finish()
+        .samples
+        .iter()
+        .map(|s| {
+            let l = |n: &str| s.labels.iter().find(|(k, _)| &**k == n).expect(n).1.clone();
+            (l("ssid"), l("network_id"), l("network_name"), s.value)
+        })
+        .collect();
+    let want = [
+        ("Corp", "multiple", "multiple_(3_networks)", 27.0),
+        ("Guest", "N1", "HQ Paris", 9.0),
+        ("Old", "unknown", "unknown", 1.0),
+    ];
+    let want: Vec<(String, String, String, f64)> = want
+        .iter()
+        .map(|(a, b, c, v)| (a.to_string(), b.to_string(), c.to_string(), *v))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn broken_fan_out_tables_are_refused_naming_the_key() {
+    let good = ssid_table().remove("ssid_network").expect("the table");
+    let err = |change: fn(&mut Lookup)| {
+        let mut t = good.clone();
+        change(&mut t);
+        t.check("ssid_network").expect_err("refused")
+    };
+    let e = err(|t| {
+        t.many.insert("zone".into(), "x".into());
+    });
+    assert_eq!((e.key.as_str(), e.value.as_str()), ("many.zone", "x"));
+    assert!(e.message.contains("its fields are id, name"), "{e}");
+    let e = err(|t| {
+        t.many.insert("name".into(), "multiple_({count})".into());
+    });
+    assert_eq!(e.key, "many.name");
+    assert!(e.message.contains("{@count}"), "{e}");
+    let e = err(|t| {
+        t.fields.insert("zone".into(), "@item.a-b".into());
+    });
+    assert_eq!(e.key, "fields.zone");
+    let e = err(|t| {
+        t.fields.insert("zone".into(), "zone".into());
+    });
+    assert_eq!(e.key, "fields.zone");
+    assert!(e.message.contains("@item.FIELD"), "{e}");
+    let e = err(|t| t.where_ = Some(BTreeMap::new()));
+    assert_eq!(e.key, "where");
+    let e = err(|t| t.where_ = Some(BTreeMap::from([("enabled".into(), OneOrMany::One("true".into()))])));
+    assert_eq!((e.key.as_str(), e.value.as_str()), ("where.enabled", "enabled"));
+    let e = err(|t| t.where_ = Some(BTreeMap::from([("/enabled".into(), OneOrMany::Many(Vec::new()))])));
+    assert_eq!(e.key, "where./enabled");
 }

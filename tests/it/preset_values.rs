@@ -10,7 +10,7 @@ use crate::common::promtool;
 use std::collections::BTreeMap;
 
 use pollster::fleet::sim::{self, SimApi};
-use pollster::model::TypeDef;
+use pollster::model::{GroupDef, TypeDef};
 use pollster::poll::shape::{self, ItemNames};
 use pollster::values::{Context, DEFAULT_MAX_SERIES, Extractor, Facts, exposition};
 
@@ -77,6 +77,41 @@ fn body(api: SimApi, path: &str) -> serde_json::Value {
     sim::answer(api, p, q, TICK).unwrap_or_else(|| panic!("{api:?} has no body for {path}"))
 }
 
+/// The items a poll of `group` runs: one `None` for a group without
+/// `fan_out`, else each item its shape group learns from the simulator.
+fn items_of(api: SimApi, t: &TypeDef, group: &GroupDef) -> Vec<Option<String>> {
+    let Some(shape) = &group.fan_out else {
+        return vec![None];
+    };
+    let src = t.groups.iter().find(|o| &o.name == shape).expect("shape group");
+    let names = if src.item_fields.is_empty() {
+        ItemNames::from(src.item_field.as_deref())
+    } else {
+        ItemNames::Fields(&src.item_fields)
+    };
+    let pointer = src.shape_from.as_deref().expect("shape_from");
+    shape::shape_in(&body(api, &src.path), pointer, names)
+        .expect("shape list")
+        .items
+        .into_iter()
+        .map(Some)
+        .collect()
+}
+
+/// The body of `group` for `item` (its path filled in; below the API root,
+/// the simulator answers the path in full).
+fn item_body(api: SimApi, group: &GroupDef, item: Option<&str>) -> serde_json::Value {
+    let path = match item {
+        Some(i) => shape::item_path(&group.path, i).expect("an item path"),
+        None => group.path.clone(),
+    };
+    let path = match &group.api_root {
+        Some(root) => format!("{root}{path}"),
+        None => path,
+    };
+    body(api, &path)
+}
+
 fn run(api: SimApi, name: &str) -> Run {
     let t = preset(name);
     t.validate(&t.name).expect("the preset validates");
@@ -90,6 +125,15 @@ fn run(api: SimApi, name: &str) -> Run {
     // tables, label the exporter's families).
     let mut facts = Facts::new();
     for group in t.groups.iter().filter(|g| !g.facts.is_empty() || !g.lookups.is_empty()) {
+        if group.fan_out.is_some() {
+            // A fan-out's tables are learned over all its items' bodies.
+            let mut rows = pollster::values::lookup::Rows::default();
+            for item in items_of(api, &t, group) {
+                rows.add(&item_body(api, group, item.as_deref()), item.as_deref(), &group.lookups);
+            }
+            facts = pollster::values::lookup::merge(&facts, rows.into_facts(&group.lookups));
+            continue;
+        }
         let doc = body(api, &group.path);
         let learned = pollster::values::lookup::learn(&doc, &group.facts, &group.lookups);
         for name in group.facts.keys() {
@@ -104,43 +148,17 @@ fn run(api: SimApi, name: &str) -> Run {
         if rules.is_empty() {
             continue;
         }
-        let items: Vec<Option<String>> = match &group.fan_out {
-            None => vec![None],
-            Some(shape) => {
-                let src = t.groups.iter().find(|o| &o.name == shape).expect("shape group");
-                let names = if src.item_fields.is_empty() {
-                    ItemNames::from(src.item_field.as_deref())
-                } else {
-                    ItemNames::Fields(&src.item_fields)
-                };
-                let pointer = src.shape_from.as_deref().expect("shape_from");
-                shape::shape_in(&body(api, &src.path), pointer, names)
-                    .expect("shape list")
-                    .items
-                    .into_iter()
-                    .map(Some)
-                    .collect()
-            }
-        };
+        let items = items_of(api, &t, group);
         // One extraction over every item, as a poll of the group makes it
         // (an `aggregate` rule combines the items).
         let mut one = Extractor::new(DEFAULT_MAX_SERIES);
         for item in items {
-            let path = match &item {
-                Some(i) => shape::item_path(&group.path, i).expect("an item path"),
-                None => group.path.clone(),
-            };
-            // Below the API root, the simulator answers the path in full.
-            let path = match &group.api_root {
-                Some(root) => format!("{root}{path}"),
-                None => path,
-            };
             let cx = Context {
                 item: item.as_deref(),
                 facts: Some(&facts),
                 ..Context::default()
             };
-            one.feed_in(&rules, &body(api, &path), cx);
+            one.feed_in(&rules, &item_body(api, group, item.as_deref()), cx);
         }
         let x = one.finish();
         for ((metric, reason), n) in &x.skipped {
@@ -343,6 +361,15 @@ fn meraki() {
             hq.0
         )),
         1.0
+    );
+    // The SSIDs are enabled in all three networks, which the table learned
+    // over the per-network SSID calls counts.
+    assert_eq!(
+        r.of("meraki_mr_ssid_client_count"),
+        [
+            "meraki_mr_ssid_client_count{network_id=\"multiple\",network_name=\"multiple_(3_networks)\",org_id=\"549236\",org_name=\"Pollster Lab\",ssid=\"Lab-Corp\"} 27",
+            "meraki_mr_ssid_client_count{network_id=\"multiple\",network_name=\"multiple_(3_networks)\",org_id=\"549236\",org_name=\"Pollster Lab\",ssid=\"Lab-Guest\"} 9",
+        ]
     );
     promtool::check_metrics(&r.exposition());
 }

@@ -266,7 +266,7 @@ fn org_answer(path: &str, query: &str, tick: u64) -> Option<Value> {
         "/wireless/devices/channelUtilization/byDevice" => channel_utilization(tick),
         "/sensor/readings/latest" => sensor_readings_filtered(query, tick),
         "/licenses/overview" => licenses(),
-        "/networks" => networks(),
+        "/networks" => networks(query),
         "/firmware/upgrades" => firmware_upgrades(),
         _ => return None,
     })
@@ -515,10 +515,13 @@ fn licenses() -> Value {
     })
 }
 
-/// getOrganizationNetworks.
-fn networks() -> Value {
+/// getOrganizationNetworks, with its `productTypes[]` filter (a network
+/// with any of them).
+fn networks(query: &str) -> Value {
+    let wanted = product_types(query);
     NETWORKS
         .iter()
+        .filter(|n| wanted.is_empty() || n.products.iter().any(|p| wanted.iter().any(|w| w == p)))
         .map(|n| {
             json!({
                 "id": n.id,
@@ -614,7 +617,7 @@ fn devices_filtered(query: &str) -> Value {
 
 /// getNetwork.
 fn network(net: usize) -> Value {
-    let Value::Array(list) = networks() else {
+    let Value::Array(list) = networks("") else {
         return Value::Null;
     };
     list[net].clone()
@@ -1450,7 +1453,8 @@ mod tests {
                         };
                         let full = format!("{root}{path}")
                             .replace("{item.serial}", serial)
-                            .replace("{item}", NETWORKS[0].id);
+                            .replace("{item}", NETWORKS[0].id)
+                            .replace("{item.id}", NETWORKS[0].id);
                         assert!(
                             super::super::answer(super::super::SimApi::Meraki, &full, query, 7).is_some(),
                             "{full} has no body"
@@ -1504,6 +1508,11 @@ mod tests {
         assert_eq!(n("productTypes[]=sensor&perPage=1000"), 2);
         assert_eq!(n("productTypes[]=camera"), 0);
         assert_eq!(n(""), 12);
+        let networks = |q: &str| answer("/networks", q, 0).unwrap().as_array().unwrap().len();
+        assert_eq!(networks(""), 3);
+        assert_eq!(networks("productTypes[]=wireless"), 3);
+        assert_eq!(networks("productTypes%5B%5D=switch"), 2);
+        assert_eq!(networks("productTypes[]=sensor&productTypes[]=camera"), 1);
         let d = &answer("/devices", "productTypes[]=sensor", 0).unwrap()[0];
         for f in ["serial", "name", "model", "networkId", "firmware", "productType"] {
             assert!(d[f].is_string(), "{f}");

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use pollster::model::TypeDef;
+use pollster::model::{GroupDef, TypeDef};
 use pollster::poll::shape::{self, ItemNames};
 use pollster::values::exposition::{write_head, write_sample};
 use pollster::values::{Context, Extractor, Facts, Rule};
@@ -190,6 +190,36 @@ pub fn learned_items(ty: &TypeDef, body: &dyn Fn(&str) -> Option<Value>) -> BTre
     items
 }
 
+/// A group's bodies: its one body, or each fan-out item's (an item the
+/// simulator does not answer, as the offline node, fails and has none).
+fn group_bodies<'a>(
+    group: &GroupDef,
+    items: &'a BTreeMap<String, Vec<String>>,
+    body: &dyn Fn(&str) -> Option<Value>,
+) -> Vec<(Option<&'a str>, Value)> {
+    let runs: Vec<Option<&str>> = match &group.fan_out {
+        Some(source) => items[source.as_str()].iter().map(|i| Some(i.as_str())).collect(),
+        None => vec![None],
+    };
+    let mut out = Vec::new();
+    for item in runs {
+        let path = match item {
+            Some(i) => shape::item_path(&group.path, i).expect("an item path"),
+            None => group.path.clone(),
+        };
+        // A group with an api_root calls below the API root, not the
+        // instance's base: the simulator answers the path in full.
+        let path = match &group.api_root {
+            Some(root) => format!("{root}{path}"),
+            None => path,
+        };
+        if let Some(doc) = body(&path) {
+            out.push((item, doc));
+        }
+    }
+    out
+}
+
 /// The exposition the preset's rules give for the simulated cluster's
 /// bodies (at the caller's tick), as Pollster would serve them (no `instance`): the
 /// shapes (fan-out items) and facts are read from the bodies first, as the
@@ -199,7 +229,14 @@ pub fn offline_exposition(ty: &TypeDef, body: &dyn Fn(&str) -> Option<Value>) ->
     let items = learned_items(ty, body);
     let mut facts = Facts::new();
     for group in &ty.groups {
-        if !group.facts.is_empty() || !group.lookups.is_empty() {
+        if group.fan_out.is_some() && !group.lookups.is_empty() {
+            // A fan-out's tables are learned over all its items' bodies.
+            let mut rows = pollster::values::lookup::Rows::default();
+            for (item, doc) in group_bodies(group, &items, body) {
+                rows.add(&doc, item, &group.lookups);
+            }
+            facts = pollster::values::lookup::merge(&facts, rows.into_facts(&group.lookups));
+        } else if !group.facts.is_empty() || !group.lookups.is_empty() {
             let doc = body(&group.path).expect("a fact group's body");
             let learned = pollster::values::lookup::learn(&doc, &group.facts, &group.lookups);
             for name in group.facts.keys() {
@@ -217,25 +254,8 @@ pub fn offline_exposition(ty: &TypeDef, body: &dyn Fn(&str) -> Option<Value>) ->
         let rules = group
             .compile_values(&ty.name, &format!("{}.groups[{g}]", ty.name))
             .expect("the preset's rules compile");
-        let runs: Vec<Option<&str>> = match &group.fan_out {
-            Some(source) => items[source.as_str()].iter().map(|i| Some(i.as_str())).collect(),
-            None => vec![None],
-        };
         let mut one = Extractor::new(group.max_series);
-        for item in runs {
-            let path = match item {
-                Some(i) => shape::item_path(&group.path, i).expect("an item path"),
-                None => group.path.clone(),
-            };
-            // A group with an api_root calls below the API root, not the
-            // instance's base: the simulator answers the path in full.
-            let path = match &group.api_root {
-                Some(root) => format!("{root}{path}"),
-                None => path,
-            };
-            let Some(doc) = body(&path) else {
-                continue; // the offline node: the fan-out item fails
-            };
+        for (item, doc) in group_bodies(group, &items, body) {
             let cx = Context {
                 item,
                 facts: Some(&facts),
