@@ -67,9 +67,12 @@ pub fn decode_units(text: &str) -> BTreeSet<Unit> {
         .collect()
 }
 
+/// A unit's AIMD state (JSON) and its chunks of task rows.
+pub type Content = (Option<String>, Vec<String>);
+
 /// The content of a unit's keys, without the time: what is compared to
 /// decide whether to publish again.
-pub fn encode_content(state: &UnitState) -> (Option<String>, Vec<String>) {
+pub fn encode_content(state: &UnitState) -> Content {
     let aimd = state.aimd.as_ref().map(wire::aimd_to_json);
     let rows: Vec<[String; 2]> = state
         .records
@@ -85,7 +88,7 @@ pub fn encode_content(state: &UnitState) -> (Option<String>, Vec<String>) {
 }
 
 /// The keys and values of a unit's state published at `at`.
-pub fn encode_unit(unit: &Unit, at: u64, content: &(Option<String>, Vec<String>)) -> Vec<(String, String)> {
+pub fn encode_unit(unit: &Unit, at: u64, content: &Content) -> Vec<(String, String)> {
     let head = Head {
         at,
         aimd: content.0.clone(),

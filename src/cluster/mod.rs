@@ -476,6 +476,10 @@ struct Heard {
     load: gossip::Load,
 }
 
+/// A unit's state as one member published it: the member, when (its
+/// clock, ms), and the state.
+type Published = (String, u64, UnitState);
+
 struct Loop {
     me: String,
     min_members: usize,
@@ -494,7 +498,7 @@ struct Loop {
     /// since which round.
     waiting_since: BTreeMap<Unit, u32>,
     /// What was last published of each unit: content and time.
-    published: BTreeMap<Unit, ((Option<String>, Vec<String>), Timestamp)>,
+    published: BTreeMap<Unit, (gossip::Content, Timestamp)>,
     /// The owners in this member's view, last round.
     owners: BTreeMap<Unit, Option<String>>,
     changes: VecDeque<Change>,
@@ -760,14 +764,14 @@ impl Loop {
     async fn take(&mut self, next: BTreeSet<Unit>, heard: &BTreeMap<String, Heard>) {
         let gained: Vec<Unit> = next.difference(&self.owned).cloned().collect();
         let lost: Vec<Unit> = self.owned.difference(&next).cloned().collect();
-        let newest: Vec<(Unit, Option<(String, u64, UnitState)>)> = self
+        let newest: Vec<(Unit, Option<Published>)> = self
             .handle
             .with_chitchat(|c| {
                 gained
                     .iter()
                     .map(|u| {
                         let key = gossip::head_key(u);
-                        let mut best: Option<(String, u64, UnitState)> = None;
+                        let mut best: Option<Published> = None;
                         for (id, ns) in c.node_states() {
                             let Some(at) = ns.get(&key).and_then(gossip::head_at) else {
                                 continue;

@@ -396,7 +396,7 @@ async fn security(
 ) -> SecurityPage {
     SecurityPage {
         layout: layout(
-            &app,
+            app,
             session,
             "Security",
             "security",

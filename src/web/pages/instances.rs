@@ -264,7 +264,7 @@ async fn form_page(
     };
     FormPage {
         layout: layout(
-            &app,
+            app,
             session,
             title,
             "instances",

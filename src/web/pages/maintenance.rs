@@ -133,7 +133,7 @@ async fn render(
     let cat = app.engine.catalog();
     MaintenancePage {
         layout: layout(
-            &app,
+            app,
             session,
             "Maintenance",
             "maintenance",
