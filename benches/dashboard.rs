@@ -70,7 +70,12 @@ fn app(dir: &std::path::Path) -> AppState {
         }),
     });
     AppState::new(
-        pollster::service::Context { engine, store, sink },
+        pollster::service::Context {
+            engine,
+            store,
+            sink,
+            cluster: None,
+        },
         metrics,
         WebState::new(Vec::new(), None),
     )
@@ -111,6 +116,7 @@ fn bench(c: &mut Criterion) {
                     flash: None,
                     breadcrumb: vec![],
                     version: "bench",
+                    cluster: None,
                 },
                 csrf: "0".repeat(64),
                 p: panels(&app, now, Range::Day, &hist),

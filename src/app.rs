@@ -62,6 +62,14 @@ pub enum AppError {
     /// Another server holds the data directory (exit code 2).
     #[error(transparent)]
     Locked(#[from] crate::control::LockError),
+    /// `[cluster]` cannot start: no address to advertise (exit code 2),
+    /// or the gossip port is taken.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
+    /// The cluster's key file changed since the config was checked (exit
+    /// code 2).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     #[error("{0}")]
     Other(String),
 }
@@ -88,6 +96,8 @@ pub struct Application {
     control: Option<crate::control::server::ControlSocket>,
     /// The data key's file, for `rotate-key` through the control socket.
     key_path: std::path::PathBuf,
+    /// This member of a cluster (`None` alone).
+    cluster: Option<crate::cluster::Cluster>,
     /// `<data_dir>/pollster.pid`, held until the process stops (declared
     /// last: released after everything else is gone).
     _lock: crate::control::DataDirLock,
@@ -279,6 +289,20 @@ impl Application {
         let sink = crate::service::sink::layered(&config, saved_sink);
         // Checked at load already; read again here for the copy that serves.
         let tls = crate::tls::TlsHandle::open(config.server.api_tls(), config.server.metrics_tls())?;
+        // A cluster's member: the address it advertises and its key, before
+        // any port is taken.
+        let cluster = match &config.cluster {
+            Some(c) => {
+                let file = config
+                    .file
+                    .as_ref()
+                    .map_or_else(|| "(defaults)".to_string(), |f| f.display().to_string());
+                let key = c.read_key(&file)?;
+                let setup = crate::cluster::Setup::from_config(c, ports.clock.now()).await?;
+                Some((setup, key))
+            }
+            None => None,
+        };
         // Nothing below refuses the configuration: only now take the ports.
         let (api, metrics) = match listeners {
             Some(given) => given,
@@ -300,8 +324,27 @@ impl Application {
             None => Arc::new(Poller::new()?.with_clock(ports.clock.clone())),
         };
         let shared = Shared::new(store, fetch, &ports, catalog, layers, settings, sink)?;
+        if cluster.is_some() {
+            // A member owns nothing until it has heard the others.
+            shared.start_scoped(Default::default());
+        }
         let engine = Engine::start(shared).await?;
         let metrics_handle = engine.parts().2;
+        let cluster = match cluster {
+            Some((setup, key)) => {
+                let m = crate::cluster::ClusterMetrics::new()?;
+                m.register(&metrics_handle.registry)?;
+                let transport =
+                    crate::cluster::seal::SealedUdp::new(key, &setup.config.name, m.packets_rejected.clone())
+                        .with_traffic(
+                            m.gossip_bytes.with_label_values(&["sent"]),
+                            m.gossip_bytes.with_label_values(&["received"]),
+                        );
+                let fleet = Arc::new(crate::cluster::EngineFleet::new(engine.handle()));
+                Some(crate::cluster::Cluster::start(setup, fleet, m, &transport).await?)
+            }
+            None => None,
+        };
         metrics_handle.set_per_instance_histograms(config.metrics.per_instance_histograms);
         let reloader = Arc::new(crate::service::reload::Reloader::new(
             config.clone(),
@@ -333,6 +376,7 @@ impl Application {
             reloader,
             control,
             key_path,
+            cluster,
             _lock: lock,
         })
     }
@@ -382,12 +426,14 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), AppError> {
         let web_state = web::WebState::new(self.proxies.clone(), self.setup_code.clone())
             .with_posture(self.posture.clone())
-            .with_reloader(self.reloader.clone());
+            .with_reloader(self.reloader.clone())
+            .with_cluster(self.cluster.clone());
         let (store, sink, metrics) = self.engine.parts();
         let cx = crate::service::Context {
             engine: self.engine.handle(),
             store,
             sink,
+            cluster: self.cluster.clone(),
         };
         let state = AppState::new(cx.clone(), metrics, web_state);
         let tls_config = |certs: &Option<Arc<crate::tls::CertStore>>| {
@@ -478,6 +524,11 @@ impl Application {
         // before it flushes.
         web::failed_auth::flush(&flush_state, true).await;
         drop(flush_state);
+        // A member gives its units up first, so the others take them now
+        // rather than after the failure detector's time.
+        if let Some(c) = &self.cluster {
+            c.shutdown().await;
+        }
         self.engine.shutdown(SHUTDOWN_GRACE).await;
         let _ = stop_tx.send(true);
         pruner.abort();

@@ -6,6 +6,7 @@ pub mod accounts;
 pub mod app;
 pub mod audit;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod control;
 pub mod core;

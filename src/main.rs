@@ -129,6 +129,8 @@ fn app_failure(e: pollster::app::AppError) -> Failure {
         | pollster::app::AppError::Locked(pollster::control::LockError::Held { .. }) => EXIT_CONFIG,
         pollster::app::AppError::Key(pollster::secrets::KeyError::Store(_)) => EXIT_FAILURE,
         pollster::app::AppError::Key(_) => EXIT_CONFIG,
+        pollster::app::AppError::Config(_) => EXIT_CONFIG,
+        pollster::app::AppError::Cluster(pollster::cluster::ClusterError::Address(_)) => EXIT_CONFIG,
         _ => EXIT_FAILURE,
     };
     Failure {

@@ -7,7 +7,9 @@
 //! renamed field fails to compile instead of silently losing its variable.
 //! An empty variable counts as unset.
 
-use super::{ConfigError, ENVIRONMENT, LogConfig, LogFormat, MetricsAuth, MetricsConfig, ServerConfig, SinkConfig};
+use super::{
+    ClusterConfig, ConfigError, ENVIRONMENT, LogConfig, LogFormat, MetricsAuth, MetricsConfig, ServerConfig, SinkConfig,
+};
 use crate::model::{MonitoringSettings, Profile, SchedulerMode, duration_str};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -162,6 +164,24 @@ pub(super) const METRICS_VARS: &[EnvVar<MetricsConfig>] = &[flat!(
     parse_bool
 )];
 
+/// `[cluster]`; any of them set makes a cluster member of a server whose
+/// file has no `[cluster]` section.
+pub(super) const CLUSTER_VARS: &[EnvVar<ClusterConfig>] = &[
+    flat!("POLLSTER_CLUSTER_NAME", "cluster", name, parse_string),
+    flat!("POLLSTER_CLUSTER_MEMBER", "cluster", member, parse_opt_string),
+    flat!("POLLSTER_CLUSTER_LISTEN", "cluster", listen, parse_addr),
+    flat!("POLLSTER_CLUSTER_ADVERTISE", "cluster", advertise, parse_opt_addr),
+    flat!("POLLSTER_CLUSTER_SEEDS", "cluster", seeds, parse_list),
+    flat!("POLLSTER_CLUSTER_KEY_FILE", "cluster", key_file, parse_opt_path),
+    flat!("POLLSTER_CLUSTER_MIN_MEMBERS", "cluster", min_members, parse_whole),
+    flat!(
+        "POLLSTER_CLUSTER_GOSSIP_INTERVAL",
+        "cluster",
+        gossip_interval,
+        parse_duration
+    ),
+];
+
 pub(super) const SINK_URL: &str = "POLLSTER_SINK_URL";
 
 /// The log filter's older name, read when `POLLSTER_LOG_LEVEL` is unset.
@@ -184,6 +204,7 @@ pub fn known_env_vars() -> Vec<&'static str> {
     v.extend(SINK_VARS.iter().map(|e| e.var));
     v.extend(LOG_VARS.iter().map(|e| e.var));
     v.extend(METRICS_VARS.iter().map(|e| e.var));
+    v.extend(CLUSTER_VARS.iter().map(|e| e.var));
     v.push(ADMIN_PASSWORD);
     v.push(SECRET_KEY_FILE);
     v
@@ -248,6 +269,14 @@ fn parse_path(raw: &str) -> Result<PathBuf, String> {
 
 fn parse_opt_path(raw: &str) -> Result<Option<PathBuf>, String> {
     Ok(Some(PathBuf::from(raw)))
+}
+
+fn parse_opt_string(raw: &str) -> Result<Option<String>, String> {
+    Ok(Some(raw.trim().to_string()))
+}
+
+fn parse_opt_addr(raw: &str) -> Result<Option<SocketAddr>, String> {
+    parse_addr(raw).map(Some)
 }
 
 /// Comma-separated, e.g. `10.0.0.5, 10.1.0.0/16`.
@@ -407,6 +436,7 @@ pub(super) struct FromEnv {
     pub sink: Option<SinkConfig>,
     pub log: LogConfig,
     pub metrics: MetricsConfig,
+    pub cluster: Option<ClusterConfig>,
     pub admin_password: Option<String>,
     pub secret_key_file: Option<PathBuf>,
     pub warnings: Vec<String>,
@@ -419,6 +449,7 @@ pub(super) fn read(
     sink_file: Option<&SinkConfig>,
     log_file: &LogConfig,
     metrics_file: &MetricsConfig,
+    cluster_file: Option<&ClusterConfig>,
 ) -> Result<FromEnv, ConfigError> {
     let mut warnings = unknown_variable_warnings(env);
 
@@ -439,6 +470,20 @@ pub(super) fn read(
 
     let mut metrics = *metrics_file;
     apply_table(METRICS_VARS, env, &mut metrics)?;
+
+    let cluster = match cluster_file {
+        Some(c) => {
+            let mut c = c.clone();
+            apply_table(CLUSTER_VARS, env, &mut c)?;
+            Some(c)
+        }
+        None if CLUSTER_VARS.iter().any(|r| value(env, r.var).is_some()) => {
+            let mut c = ClusterConfig::default();
+            apply_table(CLUSTER_VARS, env, &mut c)?;
+            Some(c)
+        }
+        None => None,
+    };
 
     let mut sink = sink_file.cloned();
     let mut sink_applied = Vec::new();
@@ -469,6 +514,7 @@ pub(super) fn read(
         sink,
         log,
         metrics,
+        cluster,
         admin_password: match value(env, ADMIN_PASSWORD) {
             Some(v) => Some(v.to_string()),
             None => credential(env, "admin_password")?,

@@ -7,7 +7,7 @@
 //! `serde_path_to_error` (which key failed) on toml's own deserializer
 //! (where in the text).
 
-use super::{ConfigError, LogConfig, MetricsConfig, ServerConfig, SinkConfig};
+use super::{ClusterConfig, ConfigError, LogConfig, MetricsConfig, ServerConfig, SinkConfig};
 use crate::model::{AdaptiveSettings, BudgetConfig, FailureSettings, InstanceConfig, SchedulerSettings, TypeDef};
 use serde::Deserialize;
 
@@ -29,6 +29,8 @@ pub(super) struct FileConfig {
     pub log: LogConfig,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    #[serde(default)]
+    pub cluster: Option<ClusterConfig>,
     #[serde(default)]
     pub budgets: Vec<BudgetConfig>,
     #[serde(default)]

@@ -17,6 +17,7 @@
 //! sections (`validate.rs`) and the error (`error.rs`); this file puts them
 //! together in [`load`].
 
+mod cluster;
 mod env;
 mod error;
 mod file;
@@ -26,6 +27,7 @@ mod server;
 mod sink;
 mod validate;
 
+pub use cluster::{ClusterConfig, DEFAULT_GOSSIP_INTERVAL, DEFAULT_GOSSIP_PORT, host_name};
 pub use env::{EnvOverrides, known_env_vars};
 pub use error::{ConfigError, ENVIRONMENT};
 pub use log::{DEFAULT_LOG_LEVEL, LogConfig, LogFormat, check_level};
@@ -80,6 +82,8 @@ pub struct Config {
     /// `[metrics]`, environment applied
     /// (`POLLSTER_METRICS_PER_INSTANCE_HISTOGRAMS`).
     pub metrics: MetricsConfig,
+    /// `[cluster]`, environment applied: `None` runs alone, as before.
+    pub cluster: Option<ClusterConfig>,
     /// To log at startup, e.g. unknown `POLLSTER_` variables.
     pub warnings: Vec<String>,
 }
@@ -108,6 +112,7 @@ impl fmt::Debug for Config {
             .field("secret_key_file", &self.secret_key_file)
             .field("log", &self.log)
             .field("metrics", &self.metrics)
+            .field("cluster", &self.cluster)
             .field("warnings", &self.warnings)
             .finish()
     }
@@ -177,6 +182,7 @@ fn build(
     let (mut sink, mut budgets, mut types, mut instances) = (None, vec![], vec![], vec![]);
     let mut log = LogConfig::default();
     let mut metrics = MetricsConfig::default();
+    let mut cluster = None;
     if let Some(f) = f {
         monitoring_file = MonitoringSettings {
             adaptive: f.adaptive,
@@ -185,6 +191,7 @@ fn build(
         };
         (server, sink, budgets, types, instances, log) = (f.server, f.sink, f.budgets, f.types, f.instances, f.log);
         metrics = f.metrics;
+        cluster = f.cluster;
     }
 
     // The file must be valid on its own: the environment may go away.
@@ -202,8 +209,35 @@ fn build(
         s.validate().map_err(|e| ConfigError::from_field(&name, "sink.", e))?;
     }
     log.validate().map_err(|e| ConfigError::from_field(&name, "log.", e))?;
+    // Only the key is left out of the file's own check: the environment
+    // may name it.
 
-    let from_env = env::read(env, &monitoring_file, &server, sink.as_ref(), &log, &metrics)?;
+    let from_env = env::read(
+        env,
+        &monitoring_file,
+        &server,
+        sink.as_ref(),
+        &log,
+        &metrics,
+        cluster.as_ref(),
+    )?;
+    if let Some(c) = &from_env.cluster {
+        // Named as the file names it, unless a variable set the key.
+        c.validate(&name).map_err(|e| {
+            let key = e.key.trim_start_matches("cluster.").split('[').next().unwrap_or("");
+            let var = format!("POLLSTER_CLUSTER_{}", key.to_ascii_uppercase());
+            match env::value(env, &var) {
+                Some(raw) => env::env_error(&var, raw, e.message),
+                None => e,
+            }
+        })?;
+        c.read_key(&name).map_err(|mut e| {
+            if let Some(raw) = env::value(env, "POLLSTER_CLUSTER_KEY_FILE") {
+                e = env::env_error("POLLSTER_CLUSTER_KEY_FILE", raw, e.message);
+            }
+            e
+        })?;
+    }
     validate_server(ENVIRONMENT, &from_env.server)?;
     // The certificate files are read once, with the environment applied,
     // before anything binds a port.
@@ -237,6 +271,7 @@ fn build(
         secret_key_file: from_env.secret_key_file,
         log: from_env.log,
         metrics: from_env.metrics,
+        cluster: from_env.cluster,
         warnings: from_env.warnings,
     })
 }

@@ -977,11 +977,19 @@ fn known_env_vars_cover_every_scalar_setting() {
         "POLLSTER_LOG_FORMAT",
         "POLLSTER_LOG_LEVEL",
         "POLLSTER_METRICS_PER_INSTANCE_HISTOGRAMS",
+        "POLLSTER_CLUSTER_NAME",
+        "POLLSTER_CLUSTER_MEMBER",
+        "POLLSTER_CLUSTER_LISTEN",
+        "POLLSTER_CLUSTER_ADVERTISE",
+        "POLLSTER_CLUSTER_SEEDS",
+        "POLLSTER_CLUSTER_KEY_FILE",
+        "POLLSTER_CLUSTER_MIN_MEMBERS",
+        "POLLSTER_CLUSTER_GOSSIP_INTERVAL",
     ] {
         assert!(known.contains(&var), "{var} missing");
     }
     // And nothing else.
-    assert_eq!(known.len(), 22 + 12 + 6 + 2 + 2 + 1);
+    assert_eq!(known.len(), 22 + 12 + 6 + 2 + 2 + 1 + 8);
 }
 
 #[test]
@@ -1265,4 +1273,113 @@ fn a_bad_metrics_key_or_value_names_it() {
         "POLLSTER_METRICS_PER_INSTANCE_HISTOGRAMS",
         "\"sometimes\"",
     );
+}
+
+// ---------------------------------------------------------------- [cluster]
+
+/// A key file with `mode`, in a directory that lives as long as the guard.
+fn cluster_key(mode: u32) -> (tempfile::TempDir, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.key");
+    std::fs::write(&path, crate::secrets::DataKey::from_bytes([3; 32]).to_file_text()).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    let p = path.display().to_string();
+    (dir, p)
+}
+
+#[test]
+fn without_a_cluster_section_or_variable_the_server_runs_alone() {
+    let (_tc, r) = load_text("", &no_env());
+    assert!(r.unwrap().cluster.is_none());
+}
+
+#[test]
+fn a_cluster_section_loads_with_its_defaults_and_the_environment_over_it() {
+    let (_d, key) = cluster_key(0o600);
+    let text = format!(
+        "[cluster]\nname = \"lab\"\nseeds = [\"pollster-0.pollster:7946\", \"10.0.0.5:7946\"]\nkey_file = {key:?}\n"
+    );
+    let (_tc, r) = load_text(
+        &text,
+        &env_of(&[
+            ("POLLSTER_CLUSTER_MIN_MEMBERS", "2"),
+            ("POLLSTER_CLUSTER_MEMBER", "pollster-1"),
+        ]),
+    );
+    let c = r.unwrap().cluster.expect("a cluster member");
+    assert_eq!(c.name, "lab");
+    assert_eq!(c.member_name(), "pollster-1");
+    assert_eq!(c.listen, "0.0.0.0:7946".parse().unwrap());
+    assert_eq!(c.seeds, ["pollster-0.pollster:7946", "10.0.0.5:7946"]);
+    assert_eq!(c.min_members, 2);
+    assert_eq!(c.gossip_interval, Duration::from_secs(1));
+}
+
+#[test]
+fn cluster_variables_alone_make_a_member() {
+    let (_d, key) = cluster_key(0o400);
+    let (_tc, r) = load_text(
+        "",
+        &env_of(&[
+            ("POLLSTER_CLUSTER_KEY_FILE", &key),
+            ("POLLSTER_CLUSTER_SEEDS", "a:7946, b:7946"),
+        ]),
+    );
+    let c = r.unwrap().cluster.expect("a cluster member");
+    assert_eq!(c.seeds, ["a:7946", "b:7946"]);
+}
+
+#[test]
+fn a_cluster_key_readable_by_others_or_missing_is_refused_naming_the_key() {
+    let (_d, key) = cluster_key(0o644);
+    let e = expect_file_error(
+        &format!("[cluster]\nkey_file = {key:?}\n"),
+        "cluster.key_file",
+        &format!("{key:?}"),
+    );
+    assert!(e.message.contains("readable by others"), "{e}");
+    let e = expect_file_error(
+        "[cluster]\nkey_file = \"/nonexistent/cluster.key\"\n",
+        "cluster.key_file",
+        "\"/nonexistent/cluster.key\"",
+    );
+    assert!(e.message.contains("cannot read"), "{e}");
+    let e = expect_file_error("[cluster]\nname = \"lab\"\n", "cluster.key_file", "");
+    assert!(e.message.contains("required"), "{e}");
+    let e = expect_env_error(
+        "",
+        &[("POLLSTER_CLUSTER_KEY_FILE", "/nonexistent/k")],
+        "POLLSTER_CLUSTER_KEY_FILE",
+        "\"/nonexistent/k\"",
+    );
+    assert!(e.message.contains("cannot read"), "{e}");
+}
+
+#[test]
+fn bad_cluster_values_are_refused_naming_the_key_or_variable() {
+    let (_d, key) = cluster_key(0o600);
+    let with = |extra: &str| format!("[cluster]\nkey_file = {key:?}\n{extra}\n");
+    expect_file_error(&with("seeds = [\"no-port\"]"), "cluster.seeds[0]", "\"no-port\"");
+    expect_file_error(&with("min_members = 0"), "cluster.min_members", "0");
+    expect_file_error(&with("name = \"has space\""), "cluster.name", "\"has space\"");
+    expect_file_error(
+        &with("advertise = \"0.0.0.0:7946\""),
+        "cluster.advertise",
+        "0.0.0.0:7946",
+    );
+    expect_file_error(&with("gossip_interval = \"1m\""), "cluster.gossip_interval", "\"1m\"");
+    expect_env_error(
+        &with(""),
+        &[("POLLSTER_CLUSTER_MIN_MEMBERS", "0")],
+        "POLLSTER_CLUSTER_MIN_MEMBERS",
+        "\"0\"",
+    );
+    expect_env_error(
+        &with(""),
+        &[("POLLSTER_CLUSTER_LISTEN", "nope")],
+        "POLLSTER_CLUSTER_LISTEN",
+        "\"nope\"",
+    );
+    expect_file_error(&with("listen = 5"), "cluster.listen", "5");
 }

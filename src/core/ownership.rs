@@ -19,9 +19,10 @@
 //!
 //! Pure: no I/O, no clock, no randomness.
 
+use crate::core::catalog::Catalog;
 use crate::core::task::TaskMeta;
-use crate::model::TaskKey;
-use std::collections::BTreeMap;
+use crate::model::{InstanceConfig, TaskKey};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// What is owned as one: a budget pool, or an instance with no pool.
@@ -44,6 +45,16 @@ impl Unit {
     /// The pool's or the instance's name.
     pub fn name(&self) -> &str {
         self.key().1
+    }
+
+    /// The unit its [`fmt::Display`] names: `pool:<name>` or
+    /// `instance:<name>`.
+    pub fn parse(text: &str) -> Option<Unit> {
+        if let Some(n) = text.strip_prefix("pool:") {
+            Some(Unit::Pool(n.to_string()))
+        } else {
+            text.strip_prefix("instance:").map(|n| Unit::Instance(n.to_string()))
+        }
     }
 }
 
@@ -169,6 +180,30 @@ pub fn shares<S: AsRef<str>>(loads: &BTreeMap<Unit, Load>, members: &[S]) -> Vec
             }
         })
         .collect()
+}
+
+/// The unit an instance is polled in: its pool, else itself.
+pub fn unit_of(instance: &InstanceConfig) -> Unit {
+    match &instance.budget {
+        Some(p) => Unit::Pool(p.clone()),
+        None => Unit::Instance(instance.name.to_string()),
+    }
+}
+
+/// The units of a catalog: every pool that has an instance, and every
+/// instance with no pool, in order.
+pub fn units_of(cat: &Catalog) -> Vec<Unit> {
+    let set: BTreeSet<Unit> = cat.instances.values().map(|e| unit_of(&e.config)).collect();
+    set.into_iter().collect()
+}
+
+/// The part of `cat` a member owning `owned` polls: the instances of those
+/// units and their pools. Types stay whole.
+pub fn scoped(cat: &Catalog, owned: &BTreeSet<Unit>) -> Catalog {
+    let mut out = cat.clone();
+    out.instances.retain(|_, e| owned.contains(&unit_of(&e.config)));
+    out.budgets.retain(|b| owned.contains(&Unit::Pool(b.name.clone())));
+    out
 }
 
 #[cfg(test)]

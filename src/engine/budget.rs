@@ -204,6 +204,13 @@ impl BudgetState {
         self.resumed = states.into_iter().collect();
     }
 
+    /// A pool taken over from another member: it resumes from `state` (the
+    /// last owner's gossiped AIMD state) when it is set up.
+    pub fn adopt(&mut self, pool: String, state: AimdState) {
+        self.aimd.remove(&pool);
+        self.resumed.insert(pool, state);
+    }
+
     /// Every pool's AIMD state, when it moved since the last save: a pool
     /// came or went, a 429 came, the recovery changed, or the effective
     /// budget moved by more than 1 % of the budget. (Recovery moves it a

@@ -105,6 +105,31 @@ impl EngineHandle {
         self.0.set_catalog(catalog)
     }
 
+    /// The whole catalog, also the units a cluster's member does not own.
+    pub fn full_catalog(&self) -> Arc<crate::core::catalog::Catalog> {
+        self.0.full_catalog()
+    }
+
+    /// The units a cluster's member owns (`None` alone: all).
+    pub fn scope(&self) -> Option<Arc<std::collections::BTreeSet<crate::core::ownership::Unit>>> {
+        self.0.scope()
+    }
+
+    /// A cluster's member now owns `owned` ([`super::Shared::set_scope`]).
+    pub fn set_scope(&self, owned: std::collections::BTreeSet<crate::core::ownership::Unit>, adopted: super::Adoption) {
+        self.0.set_scope(owned, adopted)
+    }
+
+    /// What a cluster's member publishes of each unit it owns.
+    pub fn unit_states(&self) -> Vec<(crate::core::ownership::Unit, super::UnitState)> {
+        self.0.unit_states()
+    }
+
+    /// Tasks on this server's schedule and their planned demand (rps).
+    pub fn load(&self) -> (usize, f64) {
+        self.0.load()
+    }
+
     /// One pool's budget in force (AIMD applied).
     pub fn pool_effective_rps(&self, pool: &str) -> f64 {
         self.0.pool_effective_rps(pool)

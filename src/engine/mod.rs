@@ -40,7 +40,9 @@ mod tests;
 
 use crate::config::{EnvOverrides, SinkConfig};
 use crate::core::Scheduler;
+use crate::core::aimd::AimdState;
 use crate::core::catalog::Catalog;
+use crate::core::ownership::{self, Unit};
 use crate::core::plan;
 use crate::core::scheduler::{OpError, OperatorOp, Prepared};
 use crate::core::task::{DeadLetterMove, Transition};
@@ -57,7 +59,7 @@ use crate::store::{OutboxEvent, Store};
 use budget::BudgetState;
 use ports::{Clock, Fetch, Ports, TaskStore};
 use settings::SettingsLayers;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -173,7 +175,17 @@ pub struct Shared {
     metrics: Metrics,
     /// Every task's latest values and kept bodies.
     latest: latest::Latest,
+    /// What this server polls: the whole catalog, or in a cluster the part
+    /// of it this member owns ([`Shared::set_scope`]).
     catalog: Arc<RwLock<Arc<Catalog>>>,
+    /// The whole catalog (the file's instances and the UI's).
+    full_catalog: RwLock<Arc<Catalog>>,
+    /// The units this member owns in a cluster; `None` alone (everything).
+    scope: RwLock<Option<Arc<BTreeSet<Unit>>>>,
+    /// Records of tasks whose unit this member does not own now (a
+    /// cluster's member): taken again when the unit comes back and gossip
+    /// has nothing newer. Their rows stay in the database.
+    parked: Mutex<HashMap<TaskKey, TaskRecord>>,
     settings: Mutex<SettingsLayers>,
     write_lock: tokio::sync::Mutex<()>,
     /// Serialises instance changes (check-then-insert).
@@ -221,6 +233,7 @@ impl Shared {
     ) -> Result<Arc<Shared>, prometheus::Error> {
         let core = Arc::new(Mutex::new(Core::new(Scheduler::new(settings), ports.rng())));
         let budgets = Arc::new(Mutex::new(BudgetState::default()));
+        let full_catalog = RwLock::new(Arc::new(catalog.clone()));
         let catalog = Arc::new(RwLock::new(Arc::new(catalog)));
         let snapshots = snapshot::SnapshotSource::new(core.clone(), budgets.clone(), ports.clock.clone());
         let metrics = Metrics::new(snapshots, catalog.clone())?;
@@ -243,6 +256,9 @@ impl Shared {
             metrics,
             latest: latest::Latest::default(),
             catalog,
+            full_catalog,
+            scope: RwLock::new(None),
+            parked: Mutex::new(HashMap::new()),
             settings: Mutex::new(layers),
             write_lock: tokio::sync::Mutex::new(()),
             catalog_edit: tokio::sync::Mutex::new(()),
@@ -508,10 +524,135 @@ impl Shared {
     }
 
     pub fn set_catalog(&self, catalog: Catalog) {
-        self.budgets(|b, _| b.retain_shapes(&catalog));
-        *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+        self.put_catalog(catalog);
         let mut none = HashMap::new();
         self.reconcile(self.now(), &mut none, false);
+    }
+
+    /// `catalog` as the whole catalog, and its part in this member's scope
+    /// as the one polled.
+    fn put_catalog(&self, catalog: Catalog) {
+        let polled = match &*self.scope.read().unwrap_or_else(|e| e.into_inner()) {
+            Some(owned) => ownership::scoped(&catalog, owned),
+            None => catalog.clone(),
+        };
+        self.budgets(|b, _| b.retain_shapes(&catalog));
+        *self.full_catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+        *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(polled);
+    }
+
+    /// The whole catalog, also what this member does not poll.
+    pub fn full_catalog(&self) -> Arc<Catalog> {
+        self.full_catalog.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The units this member owns (`None`: it runs alone and polls all).
+    pub fn scope(&self) -> Option<Arc<BTreeSet<Unit>>> {
+        self.scope.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Before [`Engine::start`]: a cluster's member starts owning `owned`
+    /// (nothing, until it has heard the others).
+    pub fn start_scoped(&self, owned: BTreeSet<Unit>) {
+        *self.scope.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(owned));
+        let full = (*self.full_catalog()).clone();
+        self.put_catalog(full);
+    }
+
+    /// A cluster's member now owns `owned`. Units it lost stop at once:
+    /// their tasks leave the schedule and their records are parked. Units
+    /// it gained start from `adopted` (the last owner's gossiped state),
+    /// else from their parked records, else as new tasks phased in.
+    pub fn set_scope(&self, owned: BTreeSet<Unit>, adopted: Adoption) {
+        let before = self.scope().map(|s| (*s).clone()).unwrap_or_default();
+        let lost: BTreeSet<&Unit> = before.difference(&owned).collect();
+        let gained: BTreeSet<&Unit> = owned.difference(&before).collect();
+        let full = self.full_catalog();
+        let unit_of = |k: &TaskKey| full.instances.get(&*k.instance).map(|e| ownership::unit_of(&e.config));
+        let mut records: HashMap<TaskKey, TaskRecord> = HashMap::new();
+        {
+            let c = self.core();
+            let mut parked = lock(&self.parked);
+            for t in c.scheduler.tasks() {
+                if unit_of(&t.key).is_some_and(|u| lost.contains(&u)) {
+                    parked.insert(t.key.clone(), t.rec.clone());
+                }
+            }
+            let back: Vec<TaskKey> = parked
+                .keys()
+                .filter(|k| unit_of(k).is_some_and(|u| gained.contains(&u)))
+                .cloned()
+                .collect();
+            for k in back {
+                if let Some(r) = parked.remove(&k) {
+                    records.insert(k, r);
+                }
+            }
+        }
+        for (k, r) in adopted.records {
+            if unit_of(&k).is_some_and(|u| gained.contains(&u)) {
+                records.insert(k, r);
+            }
+        }
+        self.budgets(|b, _| {
+            for (pool, state) in adopted.aimd {
+                if gained.contains(&Unit::Pool(pool.clone())) {
+                    b.adopt(pool, state);
+                }
+            }
+        });
+        *self.scope.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(owned));
+        self.put_catalog((*full).clone());
+        self.reconcile(self.now(), &mut records, false);
+    }
+
+    /// Tasks on the schedule (not held) and their planned demand, rps.
+    pub fn load(&self) -> (usize, f64) {
+        let c = self.core();
+        let (mut n, mut rps) = (0, 0.0);
+        for t in c.scheduler.tasks().filter(|t| t.meta.hold.is_none()) {
+            n += 1;
+            let secs = t.meta.planned.as_secs_f64();
+            if secs > 0.0 && t.meta.cost.is_finite() {
+                rps += t.meta.cost / secs;
+            }
+        }
+        (n, rps)
+    }
+
+    /// What the owner of each unit it owns publishes: the pool's AIMD state
+    /// and the records of its dead-lettered and discarded tasks.
+    pub fn unit_states(&self) -> Vec<(Unit, UnitState)> {
+        let Some(owned) = self.scope() else {
+            return Vec::new();
+        };
+        let full = self.full_catalog();
+        let mut out: std::collections::BTreeMap<Unit, UnitState> =
+            owned.iter().map(|u| (u.clone(), UnitState::default())).collect();
+        self.budgets(|b, key| {
+            for (pool, a) in &b.aimd {
+                if let Some(st) = out.get_mut(&Unit::Pool(pool.clone())) {
+                    st.aimd = Some(a.state());
+                }
+            }
+            let c = key.core();
+            for t in c.scheduler.tasks() {
+                if t.rec.dead_letter.is_none() && !t.rec.disabled {
+                    continue;
+                }
+                let Some(u) = full
+                    .instances
+                    .get(&*t.key.instance)
+                    .map(|e| ownership::unit_of(&e.config))
+                else {
+                    continue;
+                };
+                if let Some(st) = out.get_mut(&u) {
+                    st.records.push((t.key.clone(), t.rec.clone()));
+                }
+            }
+        });
+        out.into_iter().collect()
     }
 
     /// A reloaded config file in force at once: the file's and the
@@ -536,8 +677,7 @@ impl Shared {
             let (s, rng) = c.scheduler_and_rng();
             s.set_settings(settings, now, rng);
         }
-        self.budgets(|b, _| b.retain_shapes(&catalog));
-        *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+        self.put_catalog(catalog);
         let mut none = HashMap::new();
         self.reconcile(now, &mut none, false);
     }
@@ -554,6 +694,25 @@ impl Shared {
         let mut none = HashMap::new();
         self.reconcile(now, &mut none, false);
     }
+}
+
+/// What a cluster's member takes over with a unit: the last owner's
+/// gossiped state.
+#[derive(Debug, Default)]
+pub struct Adoption {
+    /// Each pool's AIMD state, by pool name.
+    pub aimd: Vec<(String, AimdState)>,
+    /// The records of dead-lettered and discarded tasks.
+    pub records: HashMap<TaskKey, TaskRecord>,
+}
+
+/// What the owner of a unit publishes of it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct UnitState {
+    /// The pool's AIMD state (none for an instance with no pool).
+    pub aimd: Option<AimdState>,
+    /// Dead-lettered and discarded tasks, with their records.
+    pub records: Vec<(TaskKey, TaskRecord)>,
 }
 
 /// Handles of the running engine.
@@ -631,6 +790,20 @@ impl Engine {
             // Values are a cache of answers: without them the appliance
             // still polls, and serves values again after the first polls.
             Err(e) => tracing::error!(error = %e, "could not read stored values; serving values from the first polls"),
+        }
+        // Rows of tasks outside this member's scope are kept for when their
+        // unit comes to it.
+        if shared.scope().is_some() {
+            let full = shared.full_catalog();
+            let mut parked = lock(&shared.parked);
+            stored.retain(|k, r| {
+                if full.instances.contains_key(&*k.instance) {
+                    parked.insert(k.clone(), r.clone());
+                    false
+                } else {
+                    true
+                }
+            });
         }
         // Rows of tasks that no longer exist.
         if !stored.is_empty() {

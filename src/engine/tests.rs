@@ -267,3 +267,103 @@ async fn a_dead_letter_move_that_cannot_be_committed_is_not_made() {
     );
     assert_eq!(outbox(&shared).len(), sent, "the entry and its breaker opening");
 }
+
+/// A cluster's member: units gained start from the adopted state (the
+/// pool's budget and the dead-letter entries), units lost leave the
+/// schedule, and their records come back when the unit does.
+#[tokio::test]
+async fn a_member_takes_a_unit_from_the_adopted_state_and_parks_a_unit_it_lets_go() {
+    use crate::core::aimd::{AimdState, Announced, Recovery};
+    use crate::core::ownership::Unit;
+    use crate::model::{BudgetConfig, InstanceConfig};
+    use std::collections::{BTreeSet, HashMap};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shared = shared(dir.path());
+    let pool = BudgetConfig {
+        name: "org".into(),
+        requests_per_second: 10.0,
+        shared_fraction: 1.0,
+        burst: 1,
+    };
+    let mut cat = Catalog::new(vec![], vec![pool]);
+    let mut a = InstanceConfig::new("org-a", "http", "http://127.0.0.1:9/");
+    a.budget = Some("org".into());
+    cat.insert(a, true);
+    cat.insert(InstanceConfig::new("lone", "http", "http://127.0.0.1:9/"), true);
+    let group = cat.types["http"].groups[0].name.to_string();
+    shared.start_scoped(BTreeSet::new());
+    shared.set_catalog(cat);
+    assert_eq!(shared.core().scheduler.len(), 0, "a member owns nothing at first");
+    assert_eq!(shared.full_catalog().instances.len(), 2);
+
+    let now = shared.now();
+    let key = TaskKey::new("org-a", &group);
+    let mut records = HashMap::new();
+    records.insert(
+        key.clone(),
+        TaskRecord {
+            failures: 5,
+            dead_letter: Some(DeadLetterRecord {
+                reason: DeadLetterReason::MaxRetryAttempts,
+                since: now,
+                next_recheck: now.plus(Duration::from_secs(600)),
+                rechecks: 0,
+            }),
+            next_run: now.plus(Duration::from_secs(600)),
+            ..TaskRecord::default()
+        },
+    );
+    let gossiped = AimdState {
+        configured_rps: 10.0,
+        effective_rps: 3.5,
+        last_decrease: Some(now),
+        last_429: Some(now),
+        last_429_rps: Some(4.0),
+        held_rps: None,
+        probe_after: None,
+        recovery: Recovery::Additive,
+        at: now,
+        announced: Announced::default(),
+    };
+    let org = BTreeSet::from([Unit::Pool("org".into())]);
+    shared.set_scope(
+        org.clone(),
+        super::Adoption {
+            aimd: vec![("org".into(), gossiped)],
+            records,
+        },
+    );
+    assert_eq!(
+        shared.pool_effective_rps("org"),
+        3.5,
+        "the pool goes on at the last owner's budget"
+    );
+    {
+        let c = shared.core();
+        let t = c.scheduler.get(&key).expect("the pool's task is on the schedule");
+        assert!(t.rec.dead_letter.is_some(), "its dead-letter entry came with it");
+        assert!(
+            c.scheduler.tasks().all(|t| &*t.key.instance == "org-a"),
+            "nothing of the lone instance"
+        );
+    }
+    assert_eq!(shared.catalog().instances.len(), 1);
+    let published = shared.unit_states();
+    assert_eq!(published.len(), 1);
+    assert_eq!(published[0].1.aimd.as_ref().map(|a| a.effective_rps), Some(3.5));
+    assert_eq!(published[0].1.records.len(), 1);
+
+    // Let the pool go, take the lone instance: the pool's task leaves.
+    shared.set_scope(
+        BTreeSet::from([Unit::Instance("lone".into())]),
+        super::Adoption::default(),
+    );
+    assert!(shared.core().scheduler.get(&key).is_none());
+    assert!(shared.core().scheduler.tasks().all(|t| &*t.key.instance == "lone"));
+    // The pool comes back with nothing in gossip: the parked record.
+    let both = BTreeSet::from([Unit::Pool("org".into()), Unit::Instance("lone".into())]);
+    shared.set_scope(both, super::Adoption::default());
+    let c = shared.core();
+    assert!(c.scheduler.get(&key).and_then(|t| t.rec.dead_letter.as_ref()).is_some());
+}

@@ -33,6 +33,9 @@ use crate::model::Secret;
 const SEALED_V1: u8 = 1;
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
+/// What [`DataKey::seal_bytes`] adds to a datagram: the nonce in front,
+/// the Poly1305 tag behind.
+pub const DATAGRAM_OVERHEAD: usize = NONCE_LEN + TAG_LEN;
 /// Bytes of a data key.
 pub const KEY_LEN: usize = 32;
 
@@ -124,6 +127,40 @@ impl DataKey {
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&sealed);
         STANDARD.encode(out)
+    }
+
+    /// Seals a datagram: `nonce (24 bytes) || ciphertext || tag (16)`, under
+    /// a fresh nonce from `rng`, for `aad` (the gossip of `crate::cluster`).
+    pub fn seal_bytes(&self, rng: &mut impl rand::Rng, aad: &[u8], plaintext: &[u8]) -> Vec<u8> {
+        let mut nonce = [0u8; NONCE_LEN];
+        rng.fill_bytes(&mut nonce);
+        let cipher = XChaCha20Poly1305::new((&self.0).into());
+        let sealed = cipher
+            .encrypt(XNonce::from_slice(&nonce), Payload { msg: plaintext, aad })
+            // Only fails for a message longer than 256 GiB.
+            .expect("a datagram fits the AEAD's message limit");
+        let mut out = Vec::with_capacity(NONCE_LEN + sealed.len());
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        out
+    }
+
+    /// Opens what [`DataKey::seal_bytes`] sealed for the same `aad`; `None`
+    /// for anything else (another key, another `aad`, a changed byte).
+    pub fn open_bytes(&self, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        if sealed.len() < DATAGRAM_OVERHEAD {
+            return None;
+        }
+        let cipher = XChaCha20Poly1305::new((&self.0).into());
+        cipher
+            .decrypt(
+                XNonce::from_slice(&sealed[..NONCE_LEN]),
+                Payload {
+                    msg: &sealed[NONCE_LEN..],
+                    aad,
+                },
+            )
+            .ok()
     }
 
     /// Opens a value [`DataKey::seal`] made for the same `aad`.

@@ -41,6 +41,7 @@ pub fn overlay_saved(catalog: &mut Catalog, saved: Option<Value>) {
 /// against the over-budget gate, stored, then applied at once (AIMD and the
 /// plan follow the new budget).
 pub async fn save(cx: &Context, name: &str, patch: Value, actor: &str) -> Result<BudgetConfig, ServiceError> {
+    super::refuse_in_cluster(cx, "budget pools")?;
     let Some(obj) = patch.as_object() else {
         return Err(ServiceError::invalid(FieldError::new(
             "",

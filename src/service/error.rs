@@ -39,6 +39,9 @@ pub enum ServiceError {
     /// a document that does not serialise).
     #[error("{0}")]
     Internal(String),
+    /// Another member should have answered and did not (503).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// What a request named that does not exist.
@@ -76,6 +79,9 @@ pub enum Conflict {
     SinkDisabled,
     /// As many as may be exist already.
     Limit,
+    /// A cluster's members share the config file: it is the source of
+    /// instances, types, pools and settings.
+    Cluster,
 }
 
 impl Conflict {
@@ -89,6 +95,7 @@ impl Conflict {
             Conflict::InFlight => "in_flight",
             Conflict::SinkDisabled => "sink_disabled",
             Conflict::Limit => "limit",
+            Conflict::Cluster => "cluster",
         }
     }
 }

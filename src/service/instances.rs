@@ -93,6 +93,7 @@ fn editable<'a>(cat: &'a Catalog, name: &str, verb: &str) -> Result<&'a Instance
 }
 
 pub async fn create(cx: &Context, i: InstanceConfig, actor: &str) -> Result<(), ServiceError> {
+    super::refuse_in_cluster(cx, "instances")?;
     validate(cx, &i)?;
     let _edit = cx.engine.edit_catalog().await;
     if cx.engine.catalog().instances.contains_key(i.name.as_str()) {
@@ -118,6 +119,7 @@ pub async fn update(
     keep_auth: bool,
     actor: &str,
 ) -> Result<InstanceConfig, ServiceError> {
+    super::refuse_in_cluster(cx, "instances")?;
     let _edit = cx.engine.edit_catalog().await;
     let cat = cx.engine.catalog();
     let existing = editable(&cat, name, "change")?;
@@ -163,6 +165,7 @@ pub async fn update(
 }
 
 pub async fn delete(cx: &Context, name: &str, actor: &str) -> Result<(), ServiceError> {
+    super::refuse_in_cluster(cx, "instances")?;
     let _edit = cx.engine.edit_catalog().await;
     let cat = cx.engine.catalog();
     editable(&cat, name, "remove")?;

@@ -29,6 +29,25 @@ pub struct Context {
     pub engine: EngineHandle,
     pub store: Store,
     pub sink: Sink,
+    /// This member of a cluster: dead-letter actions on a task another
+    /// member polls are carried out there.
+    pub cluster: Option<crate::cluster::Cluster>,
+}
+
+/// A cluster's members read their instances, types, pools and settings
+/// from the same config file: a change through the UI or the API would
+/// make this member differ from the others, so it is refused (409).
+pub fn refuse_in_cluster(cx: &Context, what: &str) -> Result<(), ServiceError> {
+    if cx.engine.scope().is_some() {
+        return Err(ServiceError::conflict(
+            Conflict::Cluster,
+            format!(
+                "this server is a cluster member: {what} come from the config file every member reads; change the file on every member and reload (SIGHUP)"
+            ),
+            None,
+        ));
+    }
+    Ok(())
 }
 
 /// Run a store call on a blocking thread: a redb transaction blocks, and

@@ -25,7 +25,9 @@
 use super::Context;
 use super::error::ServiceError;
 use super::with_store;
-use crate::config::{Config, ConfigError, LogConfig, ServerConfig};
+#[cfg(test)]
+use crate::config::ServerConfig;
+use crate::config::{Config, ConfigError};
 use crate::core::catalog::Catalog;
 use crate::metrics::Metrics;
 use crate::model::{FieldError, MonitoringSettings};
@@ -219,7 +221,9 @@ impl Reloader {
         }
         let _catalog_turn = cx.engine.edit_catalog().await;
         let _settings_turn = cx.engine.edit_settings().await;
-        let current = cx.engine.catalog();
+        // A cluster's member polls a share of the catalog; the file describes
+        // all of it.
+        let current = cx.engine.full_catalog();
         let saved_budgets = with_store(cx, |s| s.get_settings(super::budgets::BUDGETS_KEY)).await?;
         let catalog = catalog_of(&next, &current, saved_budgets)?;
         let settings = cx
@@ -249,7 +253,7 @@ impl Reloader {
             })?;
             report.tls_reloaded = true;
         }
-        report.restart_needed = restart_needed(&running.server, &next.server, &running.log, &next.log);
+        report.restart_needed = restart_needed(running, &next);
         for key in &report.restart_needed {
             tracing::warn!(key = %key, "{key} changed in the config file; it takes effect at the next start");
         }
@@ -300,6 +304,7 @@ impl Reloader {
         // What needs a restart stays as it runs, so the next reload names it
         // again while the file differs.
         next.server = running.server.clone();
+        next.cluster = running.cluster.clone();
         next.log.format = running.log.format;
         next.secret_key_file = running.secret_key_file.clone();
         Ok((next, report))
@@ -459,25 +464,35 @@ fn changed_keys(a: &MonitoringSettings, b: &MonitoringSettings) -> Vec<String> {
 
 /// The keys that changed but need a restart: every `[server]` key (the
 /// listeners, their certificates' paths, `data_dir`, the connection caps,
-/// the proxies, who may scrape) and `[log] format`.
-fn restart_needed(was: &ServerConfig, now: &ServerConfig, log_was: &LogConfig, log_now: &LogConfig) -> Vec<String> {
+/// the proxies, who may scrape), every `[cluster]` key (the gossip socket,
+/// the key, the member's name) and `[log] format`.
+fn restart_needed(running: &Config, next: &Config) -> Vec<String> {
+    let mut out = changed_section("server", &running.server, &next.server);
+    out.extend(changed_section("cluster", &running.cluster, &next.cluster));
+    if running.log.format != next.log.format {
+        out.push("log.format".into());
+    }
+    out
+}
+
+/// `section.key` for each key of `section` that differs; `section` alone
+/// when the section is there in one and not in the other.
+fn changed_section<T: serde::Serialize>(section: &str, was: &T, now: &T) -> Vec<String> {
     let (a, b) = (
         serde_json::to_value(was).unwrap_or(Value::Null),
         serde_json::to_value(now).unwrap_or(Value::Null),
     );
-    let mut out = Vec::new();
-    if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
-        let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-        for k in keys {
-            if a.get(k) != b.get(k) {
-                out.push(format!("server.{k}"));
-            }
+    match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            keys.into_iter()
+                .filter(|k| a.get(*k) != b.get(*k))
+                .map(|k| format!("{section}.{k}"))
+                .collect()
         }
+        _ if a != b => vec![section.to_string()],
+        _ => Vec::new(),
     }
-    if log_was.format != log_now.format {
-        out.push("log.format".into());
-    }
-    out
 }
 
 #[cfg(test)]
@@ -498,18 +513,25 @@ mod tests {
     }
 
     #[test]
-    fn restart_needed_names_the_server_keys_and_the_log_format() {
+    fn restart_needed_names_the_server_and_cluster_keys() {
         let a = ServerConfig::default();
         let mut b = a.clone();
         b.listen = "127.0.0.1:1".parse().unwrap();
         b.max_connections += 1;
-        let mut log = LogConfig::default();
         assert_eq!(
-            restart_needed(&a, &b, &log, &log),
+            changed_section("server", &a, &b),
             vec!["server.listen".to_string(), "server.max_connections".to_string()]
         );
-        let was = log.clone();
-        log.format = crate::config::LogFormat::Json;
-        assert_eq!(restart_needed(&a, &a, &was, &log), vec!["log.format".to_string()]);
+        assert!(changed_section("server", &a, &a).is_empty());
+        let c = crate::config::ClusterConfig::default();
+        let mut d = c.clone();
+        d.member = Some("m1".into());
+        d.min_members = 2;
+        assert_eq!(
+            changed_section("cluster", &Some(c.clone()), &Some(d)),
+            vec!["cluster.member".to_string(), "cluster.min_members".to_string()]
+        );
+        assert_eq!(changed_section("cluster", &None, &Some(c)), vec!["cluster".to_string()]);
+        assert!(changed_section::<Option<crate::config::ClusterConfig>>("cluster", &None, &None).is_empty());
     }
 }

@@ -18,6 +18,7 @@ pub const SETTINGS_KEY: &str = "monitoring";
 /// and apply it at once. Invalid: [`ServiceError::Invalid`] with every
 /// violation.
 pub async fn save(cx: &Context, mut patch: Value, actor: &str) -> Result<(), ServiceError> {
+    super::refuse_in_cluster(cx, "monitoring settings")?;
     if let Some(o) = patch.as_object_mut() {
         // Echoing back a GET document is allowed: `locked` is informational.
         match o.remove("locked") {

@@ -70,6 +70,39 @@ pub mod fuzzing {
     pub use super::tables::{parse_task_key, task_key};
 }
 
+/// A pool's AIMD state and a task's record in the shapes the database
+/// holds them, for the cluster's gossip (`crate::cluster`): members of two
+/// releases read each other as a newer release reads an older file.
+pub mod wire {
+    use super::codec::{decode_stored, encode_stored};
+    use super::stored::{StoredAimd, StoredTask, StoredTaskRef};
+    use crate::core::aimd::AimdState;
+    use crate::model::{TaskKey, TaskRecord};
+
+    /// The AIMD state as the `aimd` table's JSON.
+    pub fn aimd_to_json(s: &AimdState) -> String {
+        serde_json::to_string(&StoredAimd::from(s)).unwrap_or_default()
+    }
+
+    pub fn aimd_from_json(text: &str) -> Option<AimdState> {
+        serde_json::from_str::<StoredAimd>(text).ok().map(AimdState::from)
+    }
+
+    /// A task's key and record as the `tasks` table's row (`None` for a key
+    /// the table cannot hold).
+    pub fn task_to_bytes(key: &TaskKey, record: &TaskRecord) -> Option<(Vec<u8>, Vec<u8>)> {
+        let k = super::tables::task_key(key).ok()?;
+        let v = encode_stored(&StoredTaskRef::from(record)).ok()?;
+        Some((k, v))
+    }
+
+    pub fn task_from_bytes(key: &[u8], value: &[u8]) -> Option<(TaskKey, TaskRecord)> {
+        let task = super::tables::parse_task_key(key).ok()?;
+        let stored: StoredTask = decode_stored(super::tables::TASKS.name, key, value).ok()?;
+        Some((task, stored.into()))
+    }
+}
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

@@ -156,6 +156,7 @@ impl ApiError {
             ServiceError::OverBudget(e) => ApiError::conflict("over_budget", e.to_string()),
             ServiceError::Store(e) => ApiError::internal(e),
             ServiceError::Internal(e) => ApiError::internal(e),
+            ServiceError::Unavailable(e) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e),
         };
         vec![one]
     }

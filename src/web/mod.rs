@@ -67,6 +67,9 @@ pub struct WebState {
     /// Reads the config file again (`POST /api/admin/reload`); absent when
     /// the server was built without one (a benchmark).
     pub reloader: Option<Arc<crate::service::reload::Reloader>>,
+    /// This member of a cluster (`GET /api/cluster`, the Cluster page);
+    /// `None` alone.
+    pub cluster: Option<crate::cluster::Cluster>,
 }
 
 impl Default for WebState {
@@ -83,6 +86,7 @@ impl Default for WebState {
             setup_lock: Default::default(),
             posture: Default::default(),
             reloader: None,
+            cluster: None,
         }
     }
 }
@@ -152,6 +156,11 @@ impl WebState {
         self
     }
 
+    pub fn with_cluster(mut self, cluster: Option<crate::cluster::Cluster>) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
     pub fn setup_code(&self) -> std::sync::MutexGuard<'_, Option<SetupCode>> {
         self.setup_code.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -197,7 +206,9 @@ impl AppState {
     }
 
     pub fn new(cx: crate::service::Context, metrics: crate::metrics::Metrics, web: WebState) -> Self {
-        let crate::service::Context { engine, store, sink } = cx;
+        let crate::service::Context {
+            engine, store, sink, ..
+        } = cx;
         AppState {
             engine,
             store,
@@ -213,6 +224,7 @@ impl AppState {
             engine: self.engine.clone(),
             store: self.store.clone(),
             sink: self.sink.clone(),
+            cluster: self.web.cluster.clone(),
         }
     }
 
@@ -271,6 +283,7 @@ pub fn api_router(state: AppState) -> Router<AppState> {
         .route("/admin/reload", post(reload::reload))
         .route("/admin/audit", get(audit::list))
         .route("/maintenance", get(maintenance::list).post(maintenance::create))
+        .route("/cluster", get(cluster::get))
         .route("/maintenance/{id}", delete(maintenance::delete))
         .route("/openapi.json", get(openapi::openapi))
         .fallback(api_not_found)

@@ -18,6 +18,7 @@ mod api;
 mod backup;
 mod browser;
 mod budget;
+mod cluster;
 mod control;
 mod crash;
 mod engine;

@@ -130,6 +130,7 @@ fn task_state(key: &TaskKey, rec: &crate::model::TaskRecord) -> TaskState {
         (status = 202, description = "probe scheduled", body = TaskState),
         (status = 404, description = "no such task", body = ErrorBody),
         (status = 409, description = "not in the dead-letter queue, or running now", body = ErrorBody),
+        (status = 503, description = "in a cluster: the member that polls the task did not answer", body = ErrorBody),
     ),
 )]
 pub async fn retry(
@@ -155,6 +156,7 @@ pub async fn retry(
         )),
         (status = 404, description = "no such task", body = ErrorBody),
         (status = 409, description = "not in the dead-letter queue, or running now", body = ErrorBody),
+        (status = 503, description = "in a cluster: the member that polls the task did not answer", body = ErrorBody),
     ),
 )]
 pub async fn discard(
@@ -177,6 +179,7 @@ pub async fn discard(
         (status = 200, description = "enabled", body = TaskState),
         (status = 404, description = "no such task", body = ErrorBody),
         (status = 409, description = "running now", body = ErrorBody),
+        (status = 503, description = "in a cluster: the member that polls the task did not answer", body = ErrorBody),
     ),
 )]
 pub async fn enable(

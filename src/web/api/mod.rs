@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod audit;
 pub mod budgets;
+pub mod cluster;
 pub mod data;
 pub mod dead_letter;
 pub mod groups;

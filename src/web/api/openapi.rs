@@ -12,7 +12,9 @@
 //! kind): [`hand_schemas`] keeps them.
 
 use super::schema::{DURATION_PATTERN, NAME_PATTERN, POSITIVE_DURATION_PATTERN, SCHEDULER_MODES, URL_PATTERN};
-use super::{admin, audit, budgets, data, dead_letter, groups, health, instances, maintenance, reload, settings, sink};
+use super::{
+    admin, audit, budgets, cluster, data, dead_letter, groups, health, instances, maintenance, reload, settings, sink,
+};
 use crate::web::AppState;
 use crate::web::error::{ErrorBody, FieldErrorBody};
 use axum::Json;
@@ -60,6 +62,7 @@ use utoipa::{IntoParams, Modify, OpenApi};
         maintenance::list,
         maintenance::create,
         maintenance::delete,
+        cluster::get,
         openapi,
     ),
     components(schemas(ErrorBody, FieldErrorBody)),

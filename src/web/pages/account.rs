@@ -396,6 +396,7 @@ async fn security(
 ) -> SecurityPage {
     SecurityPage {
         layout: layout(
+            app,
             session,
             "Security",
             "security",

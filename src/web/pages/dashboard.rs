@@ -344,7 +344,7 @@ pub async fn page(State(app): State<AppState>, session: Session, Query(q): Query
         return PanelsFragment { csrf, p }.into_response();
     }
     DashboardPage {
-        layout: layout(&session, "Dashboard", "dashboard", vec![]).await,
+        layout: layout(&app, &session, "Dashboard", "dashboard", vec![]).await,
         csrf,
         p,
     }

@@ -228,6 +228,7 @@ pub async fn render(app: &AppState, session: &Session, name: &str, test: Option<
         let message = format!("There is no instance named {name:?}.");
         let page = MissingPage {
             layout: layout(
+                app,
                 session,
                 "No such instance",
                 "instances",
@@ -250,6 +251,7 @@ pub async fn render(app: &AppState, session: &Session, name: &str, test: Option<
         .unwrap_or_default();
     InstancePage {
         layout: layout(
+            app,
             session,
             format!("Instance {name}"),
             "instances",

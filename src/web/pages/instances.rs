@@ -154,7 +154,7 @@ pub async fn list(State(app): State<AppState>, session: Session, Query(q): Query
         )
     };
     ListPage {
-        layout: layout(&session, "Instances", "instances", vec![]).await,
+        layout: layout(&app, &session, "Instances", "instances", vec![]).await,
         rows,
         total: cat.instances.len(),
         matching,
@@ -264,6 +264,7 @@ async fn form_page(
     };
     FormPage {
         layout: layout(
+            app,
             session,
             title,
             "instances",

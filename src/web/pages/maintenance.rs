@@ -133,6 +133,7 @@ async fn render(
     let cat = app.engine.catalog();
     MaintenancePage {
         layout: layout(
+            app,
             session,
             "Maintenance",
             "maintenance",

@@ -3,6 +3,7 @@
 //! the session's CSRF token.
 
 pub mod account;
+pub mod cluster;
 pub mod dashboard;
 pub mod instance;
 pub mod instances;
@@ -27,9 +28,13 @@ pub struct Layout {
     pub flash: Option<String>,
     pub breadcrumb: Vec<(&'static str, &'static str)>,
     pub version: &'static str,
+    /// In a cluster: "member 2 of 3" (this member's place among the
+    /// members that are not down); `None` alone.
+    pub cluster: Option<String>,
 }
 
 pub async fn layout(
+    app: &AppState,
     session: &Session,
     title: impl Into<String>,
     section: &'static str,
@@ -43,6 +48,10 @@ pub async fn layout(
         flash: session::take_flash(session).await,
         breadcrumb,
         version: env!("CARGO_PKG_VERSION"),
+        cluster: app.web.cluster.as_ref().map(|c| {
+            let (place, of) = c.status().place();
+            format!("member {place} of {of}")
+        }),
     }
 }
 
@@ -58,6 +67,7 @@ pub fn public_layout(title: impl Into<String>) -> Layout {
         flash: None,
         breadcrumb: vec![],
         version: env!("CARGO_PKG_VERSION"),
+        cluster: None,
     }
 }
 
@@ -92,6 +102,7 @@ page_routes! {
     post "/maintenance" => maintenance::create,
     post "/maintenance/{id}/end" => maintenance::end,
     get "/status" => status::page,
+    get "/cluster" => cluster::page,
     get "/settings" => settings::index,
     get "/settings/system/monitoring" => settings::monitoring_page,
     post "/settings/system/monitoring" => settings::monitoring_save,

@@ -394,7 +394,7 @@ pub async fn monitoring_page(State(app): State<AppState>, session: Session) -> M
     let doc = serde_json::to_value(app.engine.monitoring()).unwrap_or(Value::Null);
     let locked = app.engine.locked_settings();
     MonitoringPage {
-        layout: layout(&session, "Monitoring settings", "monitoring", crumbs()).await,
+        layout: layout(&app, &session, "Monitoring settings", "monitoring", crumbs()).await,
         sections: views(&doc, None, &locked, &HashMap::new()),
         errors: vec![],
         budgets: budget_rows(&app),
@@ -501,7 +501,7 @@ pub async fn monitoring_save(
                 .collect();
             summary.sort();
             let page = MonitoringPage {
-                layout: layout(&session, "Monitoring settings", "monitoring", crumbs()).await,
+                layout: layout(&app, &session, "Monitoring settings", "monitoring", crumbs()).await,
                 sections: views(&doc, Some(&form), &locked, &errors),
                 errors: summary,
                 budgets: budget_rows(&app),

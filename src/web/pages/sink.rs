@@ -126,7 +126,7 @@ async fn render(
 ) -> SinkPage {
     let (enabled, fields, headers, gzip, gzip_locked) = page_for(app, form);
     SinkPage {
-        layout: layout(session, "Event sink", "monitoring", crumbs()).await,
+        layout: layout(app, session, "Event sink", "monitoring", crumbs()).await,
         enabled,
         fields,
         headers,

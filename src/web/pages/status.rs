@@ -154,6 +154,7 @@ pub async fn page(State(app): State<AppState>, session: Session, QueryParams(q):
         .collect();
     StatusPage {
         layout: layout(
+            &app,
             &session,
             "Plan",
             "status",
