@@ -31,37 +31,9 @@ pub fn reply_key(id: &str) -> String {
 pub struct Request {
     pub instance: String,
     pub group: String,
-    pub op: Op,
+    pub op: OperatorOp,
     /// Who asked, on which member: `admin on m0`.
     pub actor: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Op {
-    Retry,
-    Discard,
-    Enable,
-}
-
-impl From<OperatorOp> for Op {
-    fn from(op: OperatorOp) -> Op {
-        match op {
-            OperatorOp::Retry => Op::Retry,
-            OperatorOp::Discard => Op::Discard,
-            OperatorOp::Enable => Op::Enable,
-        }
-    }
-}
-
-impl From<Op> for OperatorOp {
-    fn from(op: Op) -> OperatorOp {
-        match op {
-            Op::Retry => OperatorOp::Retry,
-            Op::Discard => OperatorOp::Discard,
-            Op::Enable => OperatorOp::Enable,
-        }
-    }
 }
 
 impl Request {
@@ -76,7 +48,7 @@ impl Request {
 pub enum Refusal {
     /// The owner refused it as it refuses a local action.
     #[error("{0}")]
-    Op(OpRefusal),
+    Op(OpError),
     /// The owner could not commit it (its store failed).
     #[error("the member that polls the task could not carry the action out: {0}")]
     Failed(String),
@@ -84,38 +56,6 @@ pub enum Refusal {
     /// are paused, or its owner is down and not yet replaced).
     #[error("no member that polls this task answered within {0} s; see GET /api/cluster for who polls what")]
     NoAnswer(u64),
-}
-
-/// [`OpError`] as it travels.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
-#[serde(tag = "op", content = "task", rename_all = "snake_case")]
-pub enum OpRefusal {
-    #[error("no task {0}")]
-    NotFound(String),
-    #[error("task {0} is not in the dead-letter queue")]
-    NotDeadLettered(String),
-    #[error("task {0} is being polled right now; try again in a moment")]
-    InFlight(String),
-}
-
-impl From<OpError> for OpRefusal {
-    fn from(e: OpError) -> OpRefusal {
-        match e {
-            OpError::NotFound(t) => OpRefusal::NotFound(t),
-            OpError::NotDeadLettered(t) => OpRefusal::NotDeadLettered(t),
-            OpError::InFlight(t) => OpRefusal::InFlight(t),
-        }
-    }
-}
-
-impl From<OpRefusal> for OpError {
-    fn from(e: OpRefusal) -> OpError {
-        match e {
-            OpRefusal::NotFound(t) => OpError::NotFound(t),
-            OpRefusal::NotDeadLettered(t) => OpError::NotDeadLettered(t),
-            OpRefusal::InFlight(t) => OpError::InFlight(t),
-        }
-    }
 }
 
 /// What the owner publishes under `ack/<id>`.
@@ -171,11 +111,10 @@ mod tests {
         let req = Request {
             instance: "org-1".into(),
             group: "devices".into(),
-            op: OperatorOp::Discard.into(),
+            op: OperatorOp::Discard,
             actor: "admin on m0".into(),
         };
         assert_eq!(decode_request(&encode_request(&req)), Some(req.clone()));
-        assert_eq!(OperatorOp::from(req.op), OperatorOp::Discard);
 
         let rec = TaskRecord {
             failures: 3,
@@ -190,15 +129,11 @@ mod tests {
         };
         assert_eq!(decode_reply(&encode_reply(&Ok((req.key(), rec.clone())))), Ok(rec));
         for refusal in [
-            Refusal::Op(OpRefusal::NotDeadLettered("org-1/devices".into())),
+            Refusal::Op(OpError::NotDeadLettered("org-1/devices".into())),
             Refusal::Failed("disk full".into()),
         ] {
             assert_eq!(decode_reply(&encode_reply(&Err(refusal.clone()))), Err(refusal));
         }
         assert!(matches!(decode_reply("{\"ok\": 1}"), Err(Refusal::Failed(_))));
-        assert_eq!(
-            OpError::from(OpRefusal::from(OpError::InFlight("a/b".into()))).to_string(),
-            "task a/b is being polled right now; try again in a moment"
-        );
     }
 }

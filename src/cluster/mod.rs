@@ -398,7 +398,7 @@ impl Cluster {
         let request = forward::Request {
             instance: key.instance.to_string(),
             group: key.group.to_string(),
-            op: op.into(),
+            op,
             actor: format!("{actor} on {}", self.inner.me),
         };
         let (tx, rx) = oneshot::channel();
@@ -684,12 +684,12 @@ impl Loop {
             tracing::info!(task = %key, op = ?request.op, actor = %request.actor, id = %id, "cluster: carrying out a forwarded dead-letter action");
             let action = self
                 .fleet
-                .operator_action(key.clone(), request.actor.clone(), request.op.into());
+                .operator_action(key.clone(), request.actor.clone(), request.op);
             let chitchat = self.handle.chitchat();
             tokio::spawn(async move {
                 let result = match action.await {
                     Ok(rec) => Ok((key, rec)),
-                    Err(EngineError::Op(e)) => Err(Refusal::Op(e.into())),
+                    Err(EngineError::Op(e)) => Err(Refusal::Op(e)),
                     Err(e) => Err(Refusal::Failed(e.to_string())),
                 };
                 chitchat

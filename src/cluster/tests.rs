@@ -364,7 +364,10 @@ async fn a_dead_letter_action_asked_of_another_member_is_carried_out_once_by_the
     // The owner's refusal comes back as its refusal.
     let refused = members[0].forward(&task, "admin", OperatorOp::Discard).await;
     assert!(
-        matches!(refused, Err(Refusal::Op(forward::OpRefusal::NotDeadLettered(_)))),
+        matches!(
+            refused,
+            Err(Refusal::Op(crate::core::scheduler::OpError::NotDeadLettered(_)))
+        ),
         "{refused:?}"
     );
 

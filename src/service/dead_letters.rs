@@ -44,7 +44,7 @@ async fn act(cx: &Context, key: &TaskKey, actor: &str, op: OperatorOp) -> Result
             .is_some_and(|u| !scope.contains(&u));
         if elsewhere {
             return cluster.forward(key, actor, op).await.map_err(|e| match e {
-                Refusal::Op(e) => crate::engine::EngineError::Op(e.into()).into(),
+                Refusal::Op(e) => crate::engine::EngineError::Op(e).into(),
                 e @ (Refusal::Failed(_) | Refusal::NoAnswer(_)) => ServiceError::Unavailable(e.to_string()),
             });
         }

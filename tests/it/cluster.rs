@@ -255,6 +255,23 @@ async fn split_of(client: &reqwest::Client, members: &[Member]) -> BTreeMap<Stri
     out
 }
 
+/// Evaluates `$cond` every 200 ms until it holds or `$limit` passes: the
+/// time it took, or `None`.
+macro_rules! within {
+    ($limit:expr, $cond:expr) => {{
+        let start = Instant::now();
+        let mut took = None;
+        while start.elapsed() < $limit {
+            if $cond {
+                took = Some(start.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        took
+    }};
+}
+
 /// Every running member's view has them all live and ready and names, for
 /// each unit, the member that polls it in `split`.
 async fn settled_views(
@@ -295,27 +312,26 @@ async fn settled_views(
     true
 }
 
+/// Waits up to 40 s until each of `units` is polled by exactly one member,
+/// the one every member's view names ([`settled_views`]): how long it
+/// took, and the last split seen.
+async fn settle(
+    client: &reqwest::Client,
+    members: &[Member],
+    units: &BTreeSet<String>,
+) -> (Option<Duration>, BTreeMap<String, BTreeSet<String>>) {
+    let mut split = BTreeMap::new();
+    let took = within!(Duration::from_secs(40), {
+        split = split_of(client, members).await;
+        split_once(&split, units) && settled_views(client, members, &split).await
+    });
+    (took, split)
+}
+
 /// Each unit of `split` once, and all of `units`.
 fn split_once(split: &BTreeMap<String, BTreeSet<String>>, units: &BTreeSet<String>) -> bool {
     let mut seen = BTreeSet::new();
     split.values().flatten().all(|u| seen.insert(u.clone())) && seen == *units
-}
-
-/// Evaluates `$cond` every 200 ms until it holds or `$limit` passes: the
-/// time it took, or `None`.
-macro_rules! within {
-    ($limit:expr, $cond:expr) => {{
-        let start = Instant::now();
-        let mut took = None;
-        while start.elapsed() < $limit {
-            if $cond {
-                took = Some(start.elapsed());
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        took
-    }};
 }
 
 fn shared_config(fleet: &Fleet, org: &[String], lone: &[String], dead: &str) -> String {
@@ -384,11 +400,7 @@ async fn three_members_share_the_fleet_take_over_a_killed_one_and_refuse_a_wrong
 
     // Settled: every unit polled by exactly one member, the one each
     // member's view names as its owner, with all three ready.
-    let mut split = BTreeMap::new();
-    let settled = within!(Duration::from_secs(40), {
-        split = split_of(&client, &members).await;
-        split_once(&split, &all_units) && settled_views(&client, &members, &split).await
-    });
+    let (settled, split) = settle(&client, &members, &all_units).await;
     assert!(
         settled.is_some(),
         "the units were not split once over the members: {split:?}\n{}",
@@ -848,11 +860,7 @@ async fn a_member_cut_off_by_a_real_partition_stops_and_the_majority_takes_its_u
         .build()
         .expect("client");
     let all_units: BTreeSet<String> = std::iter::once("org".to_string()).chain(lone.iter().cloned()).collect();
-    let mut split = BTreeMap::new();
-    let settled = within!(Duration::from_secs(40), {
-        split = split_of(&client, &members).await;
-        split_once(&split, &all_units) && settled_views(&client, &members, &split).await
-    });
+    let (settled, mut split) = settle(&client, &members, &all_units).await;
     assert!(
         settled.is_some(),
         "not settled across the namespaces: {split:?}\n{}",
@@ -922,10 +930,8 @@ async fn a_member_cut_off_by_a_real_partition_stops_and_the_majority_takes_its_u
     // Heal: the three settle again, each unit polled once, every instance
     // polled again.
     partition.heal(ci);
-    let healed = within!(Duration::from_secs(40), {
-        split = split_of(&client, &members).await;
-        split_once(&split, &all_units) && settled_views(&client, &members, &split).await
-    });
+    let healed;
+    (healed, split) = settle(&client, &members, &all_units).await;
     assert!(
         healed.is_some(),
         "not settled after the heal: {split:?}\n{}",

@@ -6,7 +6,10 @@ use super::Scheduler;
 use crate::core::task;
 use crate::model::{BreakerState, TaskKey, TaskRecord, Timestamp};
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Serialised as it travels to another cluster member
+/// ([`crate::cluster::forward`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op", content = "task", rename_all = "snake_case")]
 pub enum OpError {
     #[error("no task {0}")]
     NotFound(String),
@@ -17,7 +20,8 @@ pub enum OpError {
 }
 
 /// An operator action on one task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OperatorOp {
     /// Probe a dead-lettered task now; it leaves the queue if the probe
     /// succeeds.
