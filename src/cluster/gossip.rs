@@ -6,7 +6,9 @@
 //! - `u/<unit>`: the state of a unit it polls, or polled last:
 //!   `{"at": ms, "aimd": "<the aimd table's JSON>", "chunks": n}`, and
 //!   `u/<unit>/<i>` for `i < n`: its dead-lettered and discarded tasks, at
-//!   most [`CHUNK`] each, as the `tasks` table's rows (base64 key and value).
+//!   most [`CHUNK`] each, as the `tasks` table's rows (base64 key and value);
+//!   when it lets the unit go, every task's row, so that the next owner
+//!   polls each one when it is due.
 //!
 //! Pure: encoding and decoding only.
 

@@ -91,8 +91,9 @@ pub trait Fleet: Send + Sync + 'static {
     fn ready(&self) -> bool;
     /// Tasks on this member's schedule and their demand (rps).
     fn load(&self) -> (usize, f64);
-    /// The state of each unit it owns.
-    fn unit_states(&self) -> Vec<(Unit, UnitState)>;
+    /// The state of each unit it owns; with `every_task`, the records of
+    /// its healthy tasks too (for units about to be let go).
+    fn unit_states(&self, every_task: bool) -> Vec<(Unit, UnitState)>;
     /// Own these units from now on.
     fn set_scope(&self, owned: BTreeSet<Unit>, adopted: Adoption);
     /// The unit `instance` is polled in, if the catalog has it.
@@ -522,7 +523,7 @@ impl Loop {
     /// Stop polling, publish the last state of every unit, say so, and let
     /// two rounds of gossip carry it before gossip stops.
     async fn leave(mut self) {
-        let states = self.fleet.unit_states();
+        let states = self.fleet.unit_states(true);
         self.fleet.set_scope(BTreeSet::new(), Adoption::default());
         let now = self.fleet.now();
         let mut keys: Vec<(String, String)> =
@@ -814,8 +815,10 @@ impl Loop {
             let to_state = to.as_ref().and_then(|t| heard.get(t)).map(|h| h.member.state);
             tracing::info!(unit = %u, to = ?to, to_state = ?to_state.map(MemberState::as_str), "cluster: letting a unit go to its new owner");
         }
-        // The last state of what is let go, before the engine forgets it.
-        let states = self.fleet.unit_states();
+        // The last state of what is let go, before the engine forgets it:
+        // every task's record, so the next owner polls each when it is due
+        // rather than again at once.
+        let states = self.fleet.unit_states(true);
         let now = self.fleet.now();
         self.fleet.set_scope(next.clone(), adopted);
         let last: Vec<(String, String)> = states
@@ -853,7 +856,7 @@ impl Loop {
             (gossip::LOAD.into(), load),
         ];
         let mut stale: Vec<String> = Vec::new();
-        for (u, st) in self.fleet.unit_states() {
+        for (u, st) in self.fleet.unit_states(false) {
             let content = gossip::encode_content(&st);
             let due = match self.published.get(&u) {
                 None => true,
@@ -1057,8 +1060,8 @@ impl Fleet for EngineFleet {
         self.engine.load()
     }
 
-    fn unit_states(&self) -> Vec<(Unit, UnitState)> {
-        self.engine.unit_states()
+    fn unit_states(&self, every_task: bool) -> Vec<(Unit, UnitState)> {
+        self.engine.unit_states(every_task)
     }
 
     fn set_scope(&self, owned: BTreeSet<Unit>, adopted: Adoption) {

@@ -62,7 +62,7 @@ impl Fleet for FakeFleet {
     fn load(&self) -> (usize, f64) {
         (lock(&self.scope).len(), 0.5)
     }
-    fn unit_states(&self) -> Vec<(Unit, UnitState)> {
+    fn unit_states(&self, _every_task: bool) -> Vec<(Unit, UnitState)> {
         let now = self.now();
         lock(&self.scope)
             .iter()

@@ -121,8 +121,8 @@ impl EngineHandle {
     }
 
     /// What a cluster's member publishes of each unit it owns.
-    pub fn unit_states(&self) -> Vec<(crate::core::ownership::Unit, super::UnitState)> {
-        self.0.unit_states()
+    pub fn unit_states(&self, every_task: bool) -> Vec<(crate::core::ownership::Unit, super::UnitState)> {
+        self.0.unit_states(every_task)
     }
 
     /// Tasks on this server's schedule and their planned demand (rps).

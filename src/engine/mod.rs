@@ -589,8 +589,15 @@ impl Shared {
                 }
             }
         }
-        for (k, r) in adopted.records {
+        let now = self.now();
+        for (k, mut r) in adopted.records {
             if unit_of(&k).is_some_and(|u| gained.contains(&u)) {
+                // Fell due in the seconds the hand-over took: due now, not
+                // spread over its phase window as after a restart (that
+                // would leave a gap of up to half an interval).
+                if r.next_run < now && now.since(r.next_run) < HANDOVER_OVERDUE {
+                    r.next_run = now;
+                }
                 records.insert(k, r);
             }
         }
@@ -603,7 +610,7 @@ impl Shared {
         });
         *self.scope.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(owned));
         self.put_catalog((*full).clone());
-        self.reconcile(self.now(), &mut records, false);
+        self.reconcile(now, &mut records, false);
     }
 
     /// Tasks on the schedule (not held) and their planned demand, rps.
@@ -621,8 +628,11 @@ impl Shared {
     }
 
     /// What the owner of each unit it owns publishes: the pool's AIMD state
-    /// and the records of its dead-lettered and discarded tasks.
-    pub fn unit_states(&self) -> Vec<(Unit, UnitState)> {
+    /// and the records of its dead-lettered and discarded tasks; with
+    /// `every_task` (a unit about to be let go) the records of its healthy
+    /// tasks too, so the next owner goes on at their cadence instead of
+    /// polling again what was just polled.
+    pub fn unit_states(&self, every_task: bool) -> Vec<(Unit, UnitState)> {
         let Some(owned) = self.scope() else {
             return Vec::new();
         };
@@ -637,7 +647,7 @@ impl Shared {
             }
             let c = key.core();
             for t in c.scheduler.tasks() {
-                if t.rec.dead_letter.is_none() && !t.rec.disabled {
+                if !every_task && t.rec.dead_letter.is_none() && !t.rec.disabled {
                     continue;
                 }
                 let Some(u) = full
@@ -648,7 +658,13 @@ impl Shared {
                     continue;
                 };
                 if let Some(st) = out.get_mut(&u) {
-                    st.records.push((t.key.clone(), t.rec.clone()));
+                    let mut rec = t.rec.clone();
+                    // One in flight is next due an interval after this poll's
+                    // due time, as its completion would say.
+                    if let crate::core::scheduler::TaskState::InFlight { due, .. } = t.state {
+                        rec.next_run = rec.next_run.max(due.plus(c.scheduler.interval_of(t)));
+                    }
+                    st.records.push((t.key.clone(), rec));
                 }
             }
         });
@@ -696,13 +712,18 @@ impl Shared {
     }
 }
 
+/// An adopted task overdue by less than this is due at once: it fell due
+/// while its unit moved between members (a few gossip rounds).
+const HANDOVER_OVERDUE: Duration = Duration::from_secs(10);
+
 /// What a cluster's member takes over with a unit: the last owner's
 /// gossiped state.
 #[derive(Debug, Default)]
 pub struct Adoption {
     /// Each pool's AIMD state, by pool name.
     pub aimd: Vec<(String, AimdState)>,
-    /// The records of dead-lettered and discarded tasks.
+    /// The records of dead-lettered and discarded tasks, and of every task
+    /// of a unit its last owner let go.
     pub records: HashMap<TaskKey, TaskRecord>,
 }
 
@@ -711,7 +732,8 @@ pub struct Adoption {
 pub struct UnitState {
     /// The pool's AIMD state (none for an instance with no pool).
     pub aimd: Option<AimdState>,
-    /// Dead-lettered and discarded tasks, with their records.
+    /// Dead-lettered and discarded tasks, with their records (every task
+    /// when the unit is let go).
     pub records: Vec<(TaskKey, TaskRecord)>,
 }
 

@@ -349,7 +349,7 @@ async fn a_member_takes_a_unit_from_the_adopted_state_and_parks_a_unit_it_lets_g
         );
     }
     assert_eq!(shared.catalog().instances.len(), 1);
-    let published = shared.unit_states();
+    let published = shared.unit_states(false);
     assert_eq!(published.len(), 1);
     assert_eq!(published[0].1.aimd.as_ref().map(|a| a.effective_rps), Some(3.5));
     assert_eq!(published[0].1.records.len(), 1);
@@ -366,4 +366,87 @@ async fn a_member_takes_a_unit_from_the_adopted_state_and_parks_a_unit_it_lets_g
     shared.set_scope(both, super::Adoption::default());
     let c = shared.core();
     assert!(c.scheduler.get(&key).and_then(|t| t.rec.dead_letter.as_ref()).is_some());
+}
+
+/// A unit let go publishes every task's record, and the member that takes
+/// it goes on at that cadence: a task polled just before the hand-over is
+/// not polled again at once.
+#[tokio::test]
+async fn a_unit_handed_over_keeps_its_cadence_on_the_next_owner() {
+    use crate::core::ownership::Unit;
+    use crate::model::InstanceConfig;
+    use std::collections::{BTreeSet, HashMap};
+
+    let catalog = || {
+        let mut cat = Catalog::new(vec![], vec![]);
+        cat.insert(InstanceConfig::new("lone", "http", "http://127.0.0.1:9/"), true);
+        cat
+    };
+    let lone = BTreeSet::from([Unit::Instance("lone".into())]);
+    let (dir_a, dir_b) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let (a, b) = (shared(dir_a.path()), shared(dir_b.path()));
+    for m in [&a, &b] {
+        m.start_scoped(BTreeSet::new());
+        m.set_catalog(catalog());
+    }
+    a.set_scope(lone.clone(), super::Adoption::default());
+    let key = a.core().scheduler.tasks().next().expect("a task of lone").key.clone();
+
+    // Only what is dead-lettered or discarded while the unit is owned; every
+    // task when it is let go.
+    assert!(
+        a.unit_states(false)[0].1.records.is_empty(),
+        "a healthy task is not gossiped every round"
+    );
+    let released = a.unit_states(true);
+    assert_eq!(released.len(), 1);
+    let mut records: HashMap<TaskKey, TaskRecord> = released[0].1.records.iter().cloned().collect();
+    let rec = records.get_mut(&key).expect("the healthy task's record is published");
+    // As if the last owner had just polled it: next due in 20 s.
+    let next = a.now().plus(Duration::from_secs(20));
+    rec.next_run = next;
+    rec.last_success = Some(a.now());
+    a.set_scope(BTreeSet::new(), super::Adoption::default());
+    assert_eq!(a.core().scheduler.len(), 0);
+
+    b.set_scope(
+        lone,
+        super::Adoption {
+            aimd: Vec::new(),
+            records,
+        },
+    );
+    {
+        let c = b.core();
+        let t = c.scheduler.get(&key).expect("the next owner polls it");
+        assert_eq!(
+            t.rec.next_run, next,
+            "due when the last owner would have polled it, not now"
+        );
+        assert!(t.rec.last_success.is_some());
+    }
+
+    // Fell due while the unit moved: due at once, not half an interval on.
+    b.set_scope(BTreeSet::new(), super::Adoption::default());
+    let mut rec = TaskRecord::default();
+    let before = b.now();
+    rec.next_run = Timestamp(before.0 - 2_000);
+    rec.last_success = Some(before);
+    b.set_scope(
+        BTreeSet::from([Unit::Instance("lone".into())]),
+        super::Adoption {
+            aimd: Vec::new(),
+            records: HashMap::from([(key.clone(), rec)]),
+        },
+    );
+    let after = b.now();
+    let c = b.core();
+    let due = c.scheduler.get(&key).expect("polled again").rec.next_run;
+    assert!(
+        before <= due && due <= after,
+        "due now: {due:?} not in [{before:?}, {after:?}]"
+    );
 }
