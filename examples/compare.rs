@@ -71,14 +71,19 @@ struct Args {
     #[arg(long, default_value = "prometheus")]
     prometheus: PathBuf,
     /// During Pollster's window, also load its UI and API with this many
-    /// concurrent clients: half the window on the health API, half on the
-    /// dashboard; prints their latency.
+    /// concurrent clients: the window split between the health API, the
+    /// dashboard and the instances list (two pages and a search); prints
+    /// their latency.
     #[arg(long, default_value_t = 0)]
     ui_clients: usize,
     /// After Pollster's window, kill it with SIGKILL and start it again this
     /// many times, timing each start until the fleet sees its first poll.
     #[arg(long, default_value_t = 0)]
     restarts: usize,
+    /// Pollster's instances in its database, as the API makes them (written
+    /// in one transaction before the first start), not in the config file.
+    #[arg(long)]
+    store_instances: bool,
     /// Where the binaries are (default: next to this example's directory,
     /// i.e. target/release).
     #[arg(long)]
@@ -290,13 +295,30 @@ fn run_pollster(args: &Args, bin_dir: &Path, fleet: &Fleet, dir: &Path, values: 
              value = \"/status\"\nlabels = {{ name = \"/instance\" }}\nmap = {{ ok = 1 }}\n"
         );
     }
-    for i in 0..args.instances {
-        let name = pollster::fleet::instance_name(i);
-        let _ = write!(
-            config,
-            "\n[[instances]]\nname = \"{name}\"\ntype = \"bench\"\nurl = \"http://{}/i/{name}\"\ntimeout = \"5s\"\n",
-            fleet.addr
-        );
+    if args.store_instances {
+        let instances: Vec<pollster::model::InstanceConfig> = (0..args.instances)
+            .map(|i| {
+                let name = pollster::fleet::instance_name(i);
+                let url = format!("http://{}/i/{name}", fleet.addr);
+                pollster::model::InstanceConfig {
+                    timeout: Duration::from_secs(5),
+                    ..pollster::model::InstanceConfig::new(&name, "bench", &url)
+                }
+            })
+            .collect();
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).expect("the data directory");
+        let store = pollster::store::Store::open(&data).expect("the store opens");
+        store.put_instances(&instances).expect("the instances are written");
+    } else {
+        for i in 0..args.instances {
+            let name = pollster::fleet::instance_name(i);
+            let _ = write!(
+                config,
+                "\n[[instances]]\nname = \"{name}\"\ntype = \"bench\"\nurl = \"http://{}/i/{name}\"\ntimeout = \"5s\"\n",
+                fleet.addr
+            );
+        }
     }
     let file = dir.join("pollster.toml");
     std::fs::write(&file, config).expect("the config is written");
@@ -325,14 +347,27 @@ fn run_pollster(args: &Args, bin_dir: &Path, fleet: &Fleet, dir: &Path, values: 
     let a = Mark::take(pid, fleet);
     if args.ui_clients > 0 {
         let api_addr: SocketAddr = format!("127.0.0.1:{api}").parse().expect("an address");
-        let half = Duration::from_secs(args.seconds) / 2;
-        for path in ["/api/monitoring/scheduler/health", "/"] {
-            let l = ui_load(api_addr, path, &token, args.ui_clients, half);
+        // The health API, the dashboard, the instances list (its first
+        // page, a later page, and a search for the last instance's name
+        // without its last digit, which reads every name) in turn, each for
+        // an equal part of the window.
+        let last = pollster::fleet::instance_name(args.instances - 1);
+        let search = format!("/instances?q={}", &last[..last.len() - 1]);
+        let paths = [
+            "/api/monitoring/scheduler/health",
+            "/",
+            "/instances",
+            "/instances?page=50",
+            search.as_str(),
+        ];
+        let part = Duration::from_secs(args.seconds) / paths.len() as u32;
+        for path in paths {
+            let l = ui_load(api_addr, path, &token, args.ui_clients, part);
             println!(
                 "ui load {path}: {} clients, {} requests ({:.0}/s), {} failed, latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
                 args.ui_clients,
                 l.count,
-                l.count as f64 / half.as_secs_f64(),
+                l.count as f64 / part.as_secs_f64(),
                 l.failed,
                 l.p50_ms,
                 l.p99_ms,

@@ -594,7 +594,7 @@ impl Shared {
             if unit_of(&k).is_some_and(|u| gained.contains(&u)) {
                 // Fell due in the seconds the hand-over took: due now, not
                 // spread over its phase window as after a restart (that
-                // would leave a gap of up to half an interval).
+                // would leave a gap of up to an interval).
                 if r.next_run < now && now.since(r.next_run) < HANDOVER_OVERDUE {
                     r.next_run = now;
                 }

@@ -429,7 +429,7 @@ async fn a_unit_handed_over_keeps_its_cadence_on_the_next_owner() {
         assert!(t.rec.last_success.is_some());
     }
 
-    // Fell due while the unit moved: due at once, not half an interval on.
+    // Fell due while the unit moved: due at once, not up to an interval on.
     b.set_scope(BTreeSet::new(), super::Adoption::default());
     let mut rec = TaskRecord::default();
     let before = b.now();

@@ -104,6 +104,26 @@ impl Store {
         self.put_instance_with_events(inst, &[])
     }
 
+    /// Creates or replaces each of `instances`, in one transaction: all or
+    /// none (an import, or a benchmark's fleet of 100,000).
+    pub fn put_instances(&self, instances: &[InstanceConfig]) -> Result<(), StoreError> {
+        for inst in instances {
+            tables::check_instance_name(&inst.name)?;
+        }
+        let txn = self.write_txn()?;
+        let key = self.data_key();
+        {
+            let mut table = txn.open_table(INSTANCES.def).ctx("opening table instances")?;
+            for inst in instances {
+                let v = encode_instance(inst, key.as_deref())?;
+                table
+                    .insert(inst.name.as_bytes(), v.as_slice())
+                    .ctx("writing an instance")?;
+            }
+        }
+        self.commit_with_outbox(txn, delivered(&[]), "committing instances")
+    }
+
     /// [`Store::put_instance`] and `events`, in one transaction.
     pub fn put_instance_with_events(&self, inst: &InstanceConfig, events: &[OutboxEvent]) -> Result<(), StoreError> {
         tables::check_instance_name(&inst.name)?;

@@ -408,6 +408,28 @@ fn instances_round_trip_list_and_replace() {
 }
 
 #[test]
+fn a_batch_of_instances_is_written_in_one_transaction_and_reads_back_as_single_puts_do() {
+    let (_dir, store) = temp_store();
+    let mut b = instance("pve-b");
+    b.auth = Auth::Basic {
+        username: "u".into(),
+        password: "p".into(),
+    };
+    store.put_instance(&instance("pve-a")).expect("put");
+    let mut a = instance("pve-a");
+    a.url = "https://replaced.example".into();
+    store
+        .put_instances(&[a.clone(), b.clone(), instance("pve-c")])
+        .expect("batch");
+    assert_eq!(
+        store.list_instances().expect("list"),
+        vec![a, b, instance("pve-c")],
+        "replaced, added, the secret sealed and opened again"
+    );
+    assert_eq!(store.put_instances(&[]).map_err(|e| e.to_string()), Ok(()));
+}
+
+#[test]
 fn delete_instance_removes_its_tasks_only() {
     let (_dir, store) = temp_store();
     store.put_instance(&instance("web")).expect("put");

@@ -45,8 +45,9 @@ pub struct WebState {
     /// small machine, UI and API load then waits for its turn instead of
     /// taking the cores the dispatcher and the polls need.
     pub render_slot: tokio::sync::Semaphore,
-    /// The last health document and when its build started.
-    pub health_cache: std::sync::Mutex<Option<(std::time::Instant, axum::body::Bytes)>>,
+    /// The last health document, when its build started and how long it
+    /// took.
+    pub health_cache: std::sync::Mutex<Option<api::health::CachedHealth>>,
     pub throttle: std::sync::Mutex<throttle::LoginThrottle>,
     /// Failed logins and token requests being counted for the audit trail.
     pub failures: std::sync::Mutex<failed_auth::FailureLog>,

@@ -557,7 +557,31 @@ async fn three_members_share_the_fleet_take_over_a_killed_one_and_refuse_a_wrong
         "{c}"
     );
 
-    // It comes back: its units go back to it within 30 s.
+    // It comes back: its units go back to it within 30 s, with no burst:
+    // each of their instances is asked at its 3 s floor, never sooner (the
+    // member letting a unit go publishes when each task is next due, and
+    // the one taking it keeps that). 2.5 s allows for the 100 ms samples.
+    let moved: Vec<String> = victim_units
+        .iter()
+        .flat_map(|u| match u.as_str() {
+            "org" => org.clone(),
+            "broken" => Vec::new(),
+            lone => vec![lone.to_string()],
+        })
+        .collect();
+    // Every 100 ms: when, and each moved instance's requests so far.
+    type Asked = Vec<(Instant, Vec<u64>)>;
+    let asked: Arc<Mutex<Asked>> = Arc::default();
+    let watcher = {
+        let (fleet, asked, moved) = (fleet.clone(), asked.clone(), moved.clone());
+        tokio::spawn(async move {
+            loop {
+                let hits = moved.iter().map(|n| fleet.hits(n)).collect();
+                asked.lock().expect("asked").push((Instant::now(), hits));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
     members[vi].start();
     let back = within!(TAKEOVER, {
         let split = split_of(&client, &members).await;
@@ -566,6 +590,30 @@ async fn three_members_share_the_fleet_take_over_a_killed_one_and_refuse_a_wrong
     assert!(back.is_some(), "{victim} did not get units back in 30 s");
     tokio::time::sleep(Duration::from_secs(10)).await;
     sampler.abort();
+    watcher.abort();
+    let asked = asked.lock().expect("asked").clone();
+    for (i, name) in moved.iter().enumerate() {
+        let mut last: Option<Instant> = None;
+        for w in asked.windows(2) {
+            let (n0, (t1, n1)) = (w[0].1[i], (w[1].0, w[1].1[i]));
+            assert!(
+                n1 - n0 <= 1,
+                "{name} asked {} times within 100 ms of the hand-back",
+                n1 - n0
+            );
+            if n1 > n0 {
+                if let Some(t) = last {
+                    assert!(
+                        t1.duration_since(t) > Duration::from_millis(2500),
+                        "{name} asked again {:?} after the last time, across the hand-back (floor 3 s)",
+                        t1.duration_since(t)
+                    );
+                }
+                last = Some(t1);
+            }
+        }
+        assert!(last.is_some(), "{name} was not asked across the hand-back");
+    }
 
     // The org pool never saw more than its budget over any 10 s window
     // (plus its burst of one, and a tenth for AIMD's probe), through the

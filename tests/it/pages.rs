@@ -406,6 +406,69 @@ async fn instance_pages_validate_inline_and_keep_provisioned_read_only() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instances_list_pages_and_searches_a_fleet_larger_than_a_page() {
+    let names: Vec<String> = (0..120).map(|i| format!("n-{i:03}")).collect();
+    let behaviour = |n: &str| {
+        if n == "n-003" {
+            Behaviour::Unauthorized
+        } else {
+            Behaviour::Healthy
+        }
+    };
+    let app = TestApp::spawn(names.iter().map(|n| (n.as_str(), behaviour(n))).collect()).await;
+    let mut v = Visitor::new(&app);
+    v.setup().await;
+    // The instances a page lists, in its order.
+    let shown = |body: &str| -> Vec<String> {
+        let mut at: Vec<(usize, String)> = names
+            .iter()
+            .filter_map(|n| body.find(&format!(">{n}</a>")).map(|i| (i, n.clone())))
+            .collect();
+        at.sort();
+        at.into_iter().map(|(_, n)| n).collect()
+    };
+    let (_, _, first) = v.get("/instances").await;
+    assert!(first.contains("120 of 120 instances · page 1 of 3"), "{first}");
+    assert_eq!(shown(&first), names[..50].to_vec(), "the first 50 by name");
+    let (_, _, last) = v.get("/instances?page=3").await;
+    assert_eq!(shown(&last), names[100..].to_vec());
+    let (_, _, beyond) = v.get("/instances?page=9").await;
+    assert!(beyond.contains("page 3 of 3"), "a page beyond the last is the last");
+    // Search ignores case, and its pages keep the query.
+    let (_, _, found) = v.get("/instances?q=N-11").await;
+    assert!(found.contains("10 of 120 instances"), "{found}");
+    assert_eq!(shown(&found), names[110..120].to_vec());
+    let (_, _, found) = v.get("/instances?q=n-0").await;
+    assert!(found.contains("100 of 120 instances · page 1 of 2"));
+    let next = found
+        .split("rel=\"next\"")
+        .next()
+        .and_then(|s| s.rsplit("href=").next())
+        .unwrap_or_default();
+    assert!(
+        next.contains("q=n-0") && next.contains("page=2"),
+        "next page link: {next}"
+    );
+    // The page's states (read for its rows only) agree with the states the
+    // filter and the sort read for every instance.
+    let mut polled = false;
+    for _ in 0..100 {
+        let (_, _, first) = v.get("/instances").await;
+        if first.matches("badge ok\"").count() == 49 && !first.contains("badge pending") {
+            polled = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(polled, "every instance but n-003 ok on the first page");
+    let (_, _, ok) = v.get("/instances?state=ok").await;
+    assert!(ok.contains("119 of 120 instances"), "{ok}");
+    let (_, _, worst) = v.get("/instances?sort=state").await;
+    assert_eq!(shown(&worst).first().map(String::as_str), Some("n-003"), "worst first");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sink_page_hides_secrets_validates_and_turns_the_sink_on_and_off() {
     let app = TestApp::spawn(vec![("x", Behaviour::Healthy)]).await;
     let mut v = Visitor::new(&app);

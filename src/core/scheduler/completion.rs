@@ -2,11 +2,12 @@
 //! first, so a dead-letter move can be committed before anything shows it;
 //! then applied (or, if the commit failed, the poll ends without the move).
 
-use super::{Scheduler, TaskState};
+use super::{Scheduler, Spread, TaskState};
 use crate::core::phase;
 use crate::core::task::{self, TaskMeta, Transition};
 use crate::model::{FAILED_ITEMS_KEPT, PollResult, TaskKey, TaskRecord, Timestamp};
 use rand::Rng;
+use std::time::Duration;
 
 /// A completion computed but not yet applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,15 +37,13 @@ impl Scheduler {
             Ok(ok) => {
                 rec.failed_items = ok.failed_items.iter().take(FAILED_ITEMS_KEPT).cloned().collect();
                 let tr = task::on_success(&mut rec, &t.meta, ok.digest, due, now, &self.settings.adaptive, rng);
-                if t.spread_next {
-                    let iv = task::current_interval(&rec, &t.meta, &self.settings.adaptive);
-                    let offset = if t.spread_wide {
-                        phase::spread(key, iv)
-                    } else {
-                        phase::offset(key, iv)
-                    };
-                    rec.next_run = rec.next_run.plus(offset);
-                }
+                let iv = || task::current_interval(&rec, &t.meta, &self.settings.adaptive);
+                let moved = match t.spread {
+                    Spread::None => Duration::ZERO,
+                    Spread::Settle { first } => phase::settle(key, iv(), first),
+                    Spread::Wide => phase::spread(key, iv()),
+                };
+                rec.next_run = rec.next_run.plus(moved);
                 tr
             }
             Err(err) => {
@@ -100,8 +99,7 @@ impl Scheduler {
             t.state = TaskState::QUEUED;
         }
         update(&mut t.rec);
-        t.spread_next = false;
-        t.spread_wide = false;
+        t.spread = Spread::None;
         if removed {
             self.delete(key);
             return;

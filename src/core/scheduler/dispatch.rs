@@ -5,7 +5,7 @@
 //! This is the hot path (one call per poll): it changes a task's state in
 //! place and allocates nothing beyond the [`Dispatch`] it returns.
 
-use super::{Deferral, Scheduler, TaskState};
+use super::{Deferral, Scheduler, Spread, TaskState};
 use crate::core::bucket::TokenBucket;
 use crate::core::queue::QueueEntry;
 use crate::core::staleness;
@@ -58,8 +58,7 @@ impl Scheduler {
                     // Priority 1 and 2 keep their cadence: only the groups
                     // the plan may stretch are moved.
                     let adjustable = t.meta.priority >= crate::core::solver::MIN_ADJUSTABLE_PRIORITY;
-                    t.spread_next = adjustable;
-                    t.spread_wide = adjustable;
+                    t.spread = if adjustable { Spread::Wide } else { Spread::None };
                     let score = staleness::score(t.rec.last_success, now, max_interval);
                     self.queue.upsert(QueueEntry {
                         next_run: slot,

@@ -37,7 +37,7 @@ mod state;
 pub use completion::Prepared;
 pub use dispatch::Dispatch;
 pub use operator::{OpError, OperatorOp};
-pub use state::{Deferral, Parked, Task, TaskState};
+pub use state::{Deferral, Parked, Spread, Task, TaskState};
 
 use super::bucket::TokenBucket;
 use super::maintenance::{self, MaintenanceWindow};
@@ -161,7 +161,8 @@ impl Scheduler {
     /// Put a task on the schedule. With a stored record it resumes its cadence
     /// (an overdue one is spread over its phase window rather than fired with
     /// every other overdue task); without one it starts `now` on a cold start
-    /// and at its deterministic phase offset otherwise.
+    /// and at its deterministic phase offset otherwise, and after that first
+    /// poll settles at its place in the cycle ([`Spread::Settle`]).
     pub fn place(
         &mut self,
         key: TaskKey,
@@ -174,7 +175,7 @@ impl Scheduler {
             self.update_meta(&key, meta, now);
             return;
         }
-        let stored_none_cold = stored.is_none() && cold_start;
+        let mut spread = Spread::None;
         let rec = match stored {
             Some(mut rec) => {
                 if rec.next_run < now {
@@ -185,11 +186,13 @@ impl Scheduler {
             }
             None => {
                 let iv = task::current_interval(&TaskRecord::default(), &meta, &self.settings.adaptive);
-                let next_run = if cold_start {
-                    now
+                let first = if cold_start {
+                    Duration::ZERO
                 } else {
-                    now.plus(phase::offset(&key, iv))
+                    phase::offset(&key, iv)
                 };
+                spread = Spread::Settle { first };
+                let next_run = now.plus(first);
                 self.dirty.insert(key.clone());
                 TaskRecord {
                     next_run,
@@ -198,7 +201,7 @@ impl Scheduler {
             }
         };
         self.tasks
-            .insert(key.clone(), Task::new(key.clone(), meta, rec, now, stored_none_cold));
+            .insert(key.clone(), Task::new(key.clone(), meta, rec, now, spread));
         self.enqueue(&key, now);
     }
 
@@ -243,7 +246,11 @@ impl Scheduler {
         let healthy = t.rec.failures == 0 && t.rec.dead_letter.is_none() && t.rec.breaker == BreakerState::Closed;
         if healthy && t.is_queued() && !t.frozen && t.rec.next_run <= now {
             let iv = task::current_interval(&t.rec, &t.meta, adaptive);
-            t.rec.next_run = now.plus(phase::offset(key, iv));
+            let first = phase::offset(key, iv);
+            t.rec.next_run = now.plus(first);
+            if t.spread == Spread::None {
+                t.spread = Spread::Settle { first };
+            }
             self.dirty.insert(key.clone());
         }
     }
@@ -303,7 +310,11 @@ impl Scheduler {
             }
             let mut next = anchor.plus(step.interval);
             if t.rec.last_attempt.is_none() {
-                next = t.placed_at.plus(phase::offset(key, step.interval));
+                let first = phase::offset(key, step.interval);
+                next = t.placed_at.plus(first);
+                if t.spread != Spread::Wide {
+                    t.spread = Spread::Settle { first };
+                }
             }
             t.rec.next_run = next.max(now);
         } else {

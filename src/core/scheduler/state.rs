@@ -9,6 +9,7 @@
 
 use crate::core::task::{Hold, TaskMeta};
 use crate::model::{TaskKey, TaskRecord, Timestamp};
+use std::time::Duration;
 
 /// A task on the schedule: what the plan says of it (`meta`), its durable
 /// record, and where it is now.
@@ -32,17 +33,28 @@ pub struct Task {
     /// When it was put on the schedule in this process (staleness of a task
     /// that never succeeded counts from here).
     pub placed_at: Timestamp,
-    /// Placed by a cold start (due at once, like every other task): its
-    /// first success moves the next run by the task's phase offset, so a
-    /// fleet that started together leaves lockstep after one round. It is
-    /// carried through the state changes before that success (a hold, the
-    /// poll itself), so it is a field of its own. A deferral by the pool's
-    /// bucket sets it too: the tasks the bucket held up together leave its
-    /// slots one rate-step apart, and would meet it as one train again.
-    pub spread_next: bool,
-    /// The spread of `spread_next` is over the whole next interval, not
-    /// the phase window: set by a deferral (see [`Deferral`]).
-    pub spread_wide: bool,
+    /// How its next success moves the next run, once. It is carried
+    /// through the state changes before that success (a hold, the poll
+    /// itself), so it is a field of its own.
+    pub spread: Spread,
+}
+
+/// A one-time move of a task's next run after its next success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Spread {
+    #[default]
+    None,
+    /// Placed for the first time (or planned back in), `first` after the
+    /// placement (zero on a cold start, where every task is due at once):
+    /// move to its place in the cycle ([`phase::settle`]), so a fleet
+    /// placed together polls over the whole interval, not in lockstep or
+    /// in the first half of it.
+    Settle { first: Duration },
+    /// Held up by the pool's bucket with others (see [`Deferral`]): spread
+    /// over the whole next interval ([`phase::spread`]). The tasks the
+    /// bucket held up together leave its slots one rate-step apart, and
+    /// would meet it as one train again.
+    Wide,
 }
 
 /// Where a task is. Exactly one at a time, so a task never runs twice
@@ -113,7 +125,7 @@ impl Parked {
 impl Task {
     /// A task put on the schedule: queued, or parked if its record or meta
     /// say so.
-    pub(super) fn new(key: TaskKey, meta: TaskMeta, rec: TaskRecord, now: Timestamp, spread_next: bool) -> Self {
+    pub(super) fn new(key: TaskKey, meta: TaskMeta, rec: TaskRecord, now: Timestamp, spread: Spread) -> Self {
         let state = Parked::of(&rec, &meta).map_or(TaskState::QUEUED, TaskState::Parked);
         Task {
             key,
@@ -122,8 +134,7 @@ impl Task {
             state,
             frozen: false,
             placed_at: now,
-            spread_next,
-            spread_wide: false,
+            spread,
         }
     }
 

@@ -247,7 +247,7 @@ fn a_new_planned_interval_retimes_a_queued_task() {
     let t0 = Timestamp(100 * SEC);
     s.place(k("a"), meta(10), None, t0, true);
     let d = s.pop_due(t0).expect("dispatch");
-    s.get_mut_for_test(&k("a")).spread_next = false;
+    s.get_mut_for_test(&k("a")).spread = Spread::None;
     s.complete(&d.key, &ok(1), t0, &mut SmallRng::seed_from_u64(1));
     assert_eq!(
         s.get(&k("a")).map(|t| t.rec.next_run),
@@ -292,14 +292,14 @@ fn a_cold_started_fleet_leaves_lockstep_after_its_first_round() {
     for key in &keys {
         s.complete(key, &ok(1), now.plus(Duration::from_millis(20)), &mut rng);
     }
-    // Round two: each at its phase offset after one interval, spread over
-    // the offset window in tenths of roughly equal size.
+    // Round two: each at its cycle place after one interval, spread over
+    // the whole interval in tenths of roughly equal size.
     let mut tenths = [0u32; 10];
     for key in &keys {
         let next = s.get(key).map(|t| t.rec.next_run).unwrap_or_default();
-        assert_eq!(next, now.plus(iv).plus(phase::offset(key, iv)), "{key:?}");
+        assert_eq!(next, now.plus(iv).plus(phase::cycle(key, iv)), "{key:?}");
         let into = next.0 - now.plus(iv).0;
-        tenths[(into * 10 / phase::window(iv).as_millis() as u64) as usize] += 1;
+        tenths[(into * 10 / iv.as_millis() as u64) as usize] += 1;
     }
     assert!(tenths.iter().all(|c| (60..140).contains(c)), "{tenths:?}");
     // Round three keeps the cadence: the offset is applied once.
@@ -338,13 +338,23 @@ fn a_task_that_keeps_succeeding_keeps_its_cadence() {
     let mut rng = SmallRng::seed_from_u64(1);
     let start = Timestamp(10 * SEC);
     s.place(k("a"), meta(5), None, start, false);
-    let mut expected = start.plus(phase::offset(&k("a"), Duration::from_secs(5)));
+    let iv = Duration::from_secs(5);
+    let first = phase::offset(&k("a"), iv);
+    let mut expected = start.plus(first);
     for i in 0..100u64 {
         let d = s.pop_due(expected).expect("due");
         assert_eq!(d.due, expected);
         // every poll takes 1.7 s and the dispatcher was a bit late
         s.complete(&d.key, &ok(i % 3), expected.plus(Duration::from_millis(1700)), &mut rng);
-        expected = expected.plus(Duration::from_secs(5));
+        expected = expected.plus(iv);
+        if i == 0 {
+            // Once, from the first placement to its place in the cycle.
+            expected = expected.plus(phase::settle(&k("a"), iv, first));
+            assert_eq!(
+                expected.0 % 5_000,
+                (start.0 + phase::cycle(&k("a"), iv).as_millis() as u64) % 5_000
+            );
+        }
         assert_eq!(s.next_wakeup(), Some(expected), "poll {i}");
     }
 }
@@ -382,7 +392,13 @@ proptest::proptest! {
         let a = run(&lat_a);
         let b = run(&lat_b);
         proptest::prop_assert_eq!(&a, &b);
-        for w in a.windows(2) {
+        // The first gap also settles the task at its place in the cycle.
+        let settle = phase::settle(&k("a"), Duration::from_secs(5), phase::offset(&k("a"), Duration::from_secs(5)));
+        proptest::prop_assert!(a[1].since(a[0]) >= Duration::from_secs(5));
+        if !adaptive {
+            proptest::prop_assert_eq!(a[1].since(a[0]), Duration::from_secs(5) + settle);
+        }
+        for w in a[1..].windows(2) {
             let gap = w[1].since(w[0]);
             proptest::prop_assert!(gap >= Duration::from_secs(5), "never below the planned interval: {:?}", gap);
             if !adaptive {

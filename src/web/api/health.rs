@@ -258,6 +258,31 @@ pub fn health_document(app: &AppState, now: Timestamp) -> Vec<u8> {
     serde_json::to_vec(&doc).unwrap_or_default()
 }
 
+/// The last health document built: when its build started, how long it
+/// took, and the JSON.
+#[derive(Debug, Clone)]
+pub struct CachedHealth {
+    pub started: std::time::Instant,
+    pub took: std::time::Duration,
+    pub doc: axum::body::Bytes,
+}
+
+/// A document that takes longer than this to build (a fleet of tens of
+/// thousands of tasks) is shared for up to twice its build time.
+const SHARED_BUILD: std::time::Duration = std::time::Duration::from_millis(50);
+
+impl CachedHealth {
+    /// Whether a request that arrived at `arrived` may be answered with
+    /// this document. One whose build started after the request arrived is
+    /// as fresh as one built now, so concurrent requests share it. A big
+    /// one is also shared while it is younger than twice its build time:
+    /// readers in a loop then spend at most a third of a core on it, and
+    /// the polls keep the rest (the document says `updatedAt`).
+    fn serves(&self, arrived: std::time::Instant, now: std::time::Instant) -> bool {
+        self.started >= arrived || (self.took >= SHARED_BUILD && now.duration_since(self.started) < self.took * 2)
+    }
+}
+
 #[utoipa::path(
     get,
     path = "/api/monitoring/scheduler/health",
@@ -269,11 +294,9 @@ pub async fn scheduler_health(State(app): State<AppState>) -> impl IntoResponse 
     let arrived = std::time::Instant::now();
     let body = {
         let _slot = app.web.render_slot.acquire().await;
-        // A document whose build started after this request arrived is as
-        // fresh as one built now: concurrent requests share it.
         let cached = app.web.health_cache.lock().unwrap_or_else(|e| e.into_inner()).clone();
         match cached {
-            Some((started, doc)) if started >= arrived => doc,
+            Some(c) if c.serves(arrived, std::time::Instant::now()) => c.doc,
             _ => {
                 let started = std::time::Instant::now();
                 let shared = app.clone();
@@ -281,10 +304,45 @@ pub async fn scheduler_health(State(app): State<AppState>) -> impl IntoResponse 
                     .await
                     .map(axum::body::Bytes::from)
                     .unwrap_or_default();
-                *app.web.health_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((started, doc.clone()));
+                *app.web.health_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(CachedHealth {
+                    started,
+                    took: started.elapsed(),
+                    doc: doc.clone(),
+                });
                 doc
             }
         }
     };
     ([(axum::http::header::CONTENT_TYPE, "application/json")], body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CachedHealth;
+    use std::time::{Duration, Instant};
+
+    fn built(started: Instant, took_ms: u64) -> CachedHealth {
+        CachedHealth {
+            started,
+            took: Duration::from_millis(took_ms),
+            doc: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_document_is_shared_by_requests_it_started_after_and_a_big_one_for_twice_its_build_time() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Started after the request arrived: as fresh as one built now.
+        assert!(built(at(10), 1).serves(at(5), at(500)));
+        // A small fleet's document is never reused after the fact: a
+        // reader sees every change made before its request.
+        assert!(!built(at(10), 1).serves(at(12), at(12)));
+        assert!(!built(at(10), 49).serves(at(60), at(61)));
+        // A big one is, for up to twice its build time.
+        let big = built(at(10), 150);
+        assert!(big.serves(at(200), at(200)));
+        assert!(big.serves(at(300), at(309)));
+        assert!(!big.serves(at(310), at(310)));
+    }
 }

@@ -17,6 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use tower_sessions::Session;
 
 pub const PER_PAGE: usize = 50;
@@ -49,7 +50,7 @@ pub struct ListPage {
     pub next_link: Option<String>,
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default)]
 pub struct ListQuery {
     #[serde(default)]
     pub q: String,
@@ -70,80 +71,182 @@ fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-/// Per instance: a state summarising its tasks, and its last success.
-fn states(app: &AppState) -> HashMap<String, (&'static str, Option<Timestamp>)> {
-    let mut out: HashMap<String, (&'static str, Option<Timestamp>)> = HashMap::new();
+type States = HashMap<Arc<str>, (&'static str, Option<Timestamp>)>;
+
+/// Adds one task to its instance's summary: the worst state of its tasks,
+/// and its latest success.
+fn fold(out: &mut States, t: crate::engine::snapshot::TaskHealth) {
+    let st = if t.disabled {
+        "disabled"
+    } else if t.dead_lettered {
+        "dead_letter"
+    } else if t.failures > 0 {
+        "failing"
+    } else if t.rate_limited {
+        // Only 429s since the last success: not "pending" as if nothing
+        // had been tried.
+        "rate_limited"
+    } else if t.last_success.is_none() {
+        "pending"
+    } else {
+        "ok"
+    };
     let rank = |st: &str| STATES.iter().position(|x| *x == st).unwrap_or(0);
+    let e = out.entry(t.instance).or_insert((st, t.last_success));
+    if rank(st) > rank(e.0) {
+        e.0 = st;
+    }
+    e.1 = e.1.max(t.last_success);
+}
+
+/// Per instance: a state summarising its tasks, and its last success.
+fn states(app: &AppState) -> States {
+    let mut out = States::default();
     for t in app.engine.task_health() {
-        let st = if t.disabled {
-            "disabled"
-        } else if t.dead_lettered {
-            "dead_letter"
-        } else if t.failures > 0 {
-            "failing"
-        } else if t.rate_limited {
-            // Only 429s since the last success: not "pending" as if nothing
-            // had been tried.
-            "rate_limited"
-        } else if t.last_success.is_none() {
-            "pending"
-        } else {
-            "ok"
-        };
-        let e = out.entry(t.instance.to_string()).or_insert((st, t.last_success));
-        if rank(st) > rank(e.0) {
-            e.0 = st;
-        }
-        e.1 = e.1.max(t.last_success);
+        fold(&mut out, t);
     }
     out
 }
 
-pub async fn list(State(app): State<AppState>, session: Session, Query(q): Query<ListQuery>) -> ListPage {
+/// [`states`] of only `entries`' tasks: a page's worth.
+fn states_of(
+    app: &AppState,
+    cat: &crate::core::catalog::Catalog,
+    entries: &[&crate::core::catalog::InstanceEntry],
+) -> States {
+    let keys: Vec<crate::model::TaskKey> = entries
+        .iter()
+        .filter_map(|e| cat.types.get(&e.config.type_name).map(|t| (e, t)))
+        .flat_map(|(e, t)| {
+            t.groups
+                .iter()
+                .map(|g| crate::model::TaskKey::new(e.config.name.as_str(), &g.name))
+        })
+        .collect();
+    let mut out = States::default();
+    for t in app.engine.tasks_of(&keys) {
+        fold(
+            &mut out,
+            crate::engine::snapshot::TaskHealth {
+                instance: t.key.instance.clone(),
+                disabled: t.rec.disabled,
+                dead_lettered: t.rec.dead_letter.is_some(),
+                failures: t.rec.failures,
+                last_success: t.rec.last_success,
+                rate_limited: t.rec.last_error.as_ref().is_some_and(|e| e.is_rate_limited()),
+            },
+        );
+    }
+    out
+}
+
+/// Whether `hay` contains `needle` (already lower case), ignoring case;
+/// without allocating for ASCII text.
+fn contains_ci(hay: &str, needle: &str) -> bool {
+    if needle.is_empty() {
+        return true;
+    }
+    if hay.is_ascii() && needle.is_ascii() {
+        let n = needle.as_bytes();
+        return hay.as_bytes().windows(n.len()).any(|w| w.eq_ignore_ascii_case(n));
+    }
+    hay.to_lowercase().contains(needle)
+}
+
+/// One page of the list, and how many instances match and on how many
+/// pages. Only the page's rows are formatted: the filters and the sort
+/// read the catalog and the task states as they are, so a fleet of
+/// 100,000 costs one pass, not 100,000 rows.
+fn select(app: &AppState, q: &ListQuery) -> (Vec<Row>, usize, usize, usize) {
     let cat = app.engine.catalog();
-    let st = states(&app);
+    // Every task's state only when the filter or the sort reads it; else
+    // only the page's.
+    let by_state = !q.state.is_empty() || matches!(q.sort.as_str(), "state" | "last_success");
+    let st = if by_state { states(app) } else { States::default() };
     let needle = q.q.trim().to_lowercase();
-    let mut rows: Vec<Row> = cat
+    let mut hits: Vec<(&crate::core::catalog::InstanceEntry, &'static str, Option<Timestamp>)> = cat
         .instances
         .values()
+        .filter(|e| q.type_name.is_empty() || e.config.type_name == q.type_name)
         .map(|e| {
             let (state, last) = if !e.config.enabled {
                 ("disabled", None)
             } else {
                 st.get(e.config.name.as_str()).copied().unwrap_or(("pending", None))
             };
-            Row {
-                name: e.config.name.to_string(),
-                type_name: e.config.type_name.clone(),
-                url: crate::service::redact::mask_url(&e.config.url),
-                state,
-                last_success: last
-                    .map(|t| t.to_rfc3339().replace('T', " ").replace('Z', " UTC"))
-                    .unwrap_or_else(|| "never".into()),
-                provisioned: e.provisioned,
-                enabled: e.config.enabled,
-            }
+            (e, state, last)
         })
-        .filter(|r| {
-            needle.is_empty() || r.name.to_lowercase().contains(&needle) || r.url.to_lowercase().contains(&needle)
+        .filter(|(_, state, _)| q.state.is_empty() || *state == q.state)
+        .filter(|(e, _, _)| {
+            needle.is_empty()
+                || contains_ci(e.config.name.as_str(), &needle)
+                || contains_ci(&crate::service::redact::mask_url(&e.config.url), &needle)
         })
-        .filter(|r| q.type_name.is_empty() || r.type_name == q.type_name)
-        .filter(|r| q.state.is_empty() || r.state == q.state)
         .collect();
     match q.sort.as_str() {
-        "type" => rows.sort_by(|a, b| (&a.type_name, &a.name).cmp(&(&b.type_name, &b.name))),
-        "state" => rows.sort_by(|a, b| {
-            let ra = STATES.iter().position(|x| *x == a.state);
-            let rb = STATES.iter().position(|x| *x == b.state);
-            rb.cmp(&ra).then_with(|| a.name.cmp(&b.name))
+        "type" => hits.sort_by(|a, b| {
+            (a.0.config.type_name.as_str(), a.0.config.name.as_str())
+                .cmp(&(b.0.config.type_name.as_str(), b.0.config.name.as_str()))
         }),
-        "last_success" => rows.sort_by(|a, b| a.last_success.cmp(&b.last_success).then_with(|| a.name.cmp(&b.name))),
+        "state" => hits.sort_by(|a, b| {
+            let ra = STATES.iter().position(|x| *x == a.1);
+            let rb = STATES.iter().position(|x| *x == b.1);
+            rb.cmp(&ra)
+                .then_with(|| a.0.config.name.as_str().cmp(b.0.config.name.as_str()))
+        }),
+        // Never succeeded last, as "never" sorts after a date.
+        "last_success" => hits.sort_by(|a, b| {
+            (a.2.is_none(), a.2)
+                .cmp(&(b.2.is_none(), b.2))
+                .then_with(|| a.0.config.name.as_str().cmp(b.0.config.name.as_str()))
+        }),
         _ => {} // by name: the catalog is ordered already
     }
-    let matching = rows.len();
+    let matching = hits.len();
     let pages = matching.div_ceil(PER_PAGE).max(1);
     let page = q.page.unwrap_or(1).clamp(1, pages);
-    let rows: Vec<Row> = rows.into_iter().skip((page - 1) * PER_PAGE).take(PER_PAGE).collect();
+    let shown: Vec<_> = hits.into_iter().skip((page - 1) * PER_PAGE).take(PER_PAGE).collect();
+    let page_states = if by_state {
+        States::default()
+    } else {
+        states_of(app, &cat, &shown.iter().map(|h| h.0).collect::<Vec<_>>())
+    };
+    let rows = shown
+        .into_iter()
+        .map(|(e, state, last)| {
+            if by_state || !e.config.enabled {
+                (e, state, last)
+            } else {
+                let (state, last) = page_states
+                    .get(e.config.name.as_str())
+                    .copied()
+                    .unwrap_or(("pending", None));
+                (e, state, last)
+            }
+        })
+        .map(|(e, state, last)| Row {
+            name: e.config.name.to_string(),
+            type_name: e.config.type_name.clone(),
+            url: crate::service::redact::mask_url(&e.config.url),
+            state,
+            last_success: last
+                .map(|t| t.to_rfc3339().replace('T', " ").replace('Z', " UTC"))
+                .unwrap_or_else(|| "never".into()),
+            provisioned: e.provisioned,
+            enabled: e.config.enabled,
+        })
+        .collect();
+    (rows, matching, page, pages)
+}
+
+pub async fn list(State(app): State<AppState>, session: Session, Query(q): Query<ListQuery>) -> ListPage {
+    let q = Arc::new(q);
+    let (rows, matching, page, pages) = {
+        let q = q.clone();
+        app.render(move |app| select(app, &q)).await
+    };
+    let cat = app.engine.catalog();
+    let q = Arc::unwrap_or_clone(q);
     let link = |p: usize| {
         format!(
             "/instances?q={}&type={}&state={}&sort={}&page={p}",
