@@ -14,7 +14,7 @@ use pollster::web::pages::Layout;
 use pollster::web::pages::dashboard::{DashboardPage, Range, panels};
 use pollster::web::{AppState, WebState};
 use rand::SeedableRng;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ fn app(dir: &std::path::Path) -> AppState {
     )
     .expect("shared");
     let now = Timestamp::now();
-    shared.reconcile(now, &mut HashMap::new(), true);
+    shared.reconcile(now, &mut pollster::engine::Records::default(), true);
     let (store, sink, metrics) = shared.parts();
     let engine = pollster::engine::EngineHandle::new(shared);
     // A realistic mix: most tasks succeeded, some failing, some dead-lettered.

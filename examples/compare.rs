@@ -84,6 +84,9 @@ struct Args {
     /// in one transaction before the first start), not in the config file.
     #[arg(long)]
     store_instances: bool,
+    /// Keep each client's scratch directory (config, data) and print where.
+    #[arg(long)]
+    keep: bool,
     /// Where the binaries are (default: next to this example's directory,
     /// i.e. target/release).
     #[arg(long)]
@@ -137,6 +140,9 @@ fn main() {
             other => panic!("unknown client {other:?} (floor, pollster, pollster-values, prometheus)"),
         };
         eprintln!("{row:?}");
+        if args.keep {
+            eprintln!("{client}: kept {}", scratch.keep().display());
+        }
         rows.push(row);
         // Let the fleet's connections from this client close.
         std::thread::sleep(Duration::from_secs(2));

@@ -13,7 +13,7 @@ use crate::core::solver::MIN_ADJUSTABLE_PRIORITY;
 use crate::core::task::{self, TaskMeta};
 use crate::model::{AdaptiveSettings, SchedulerMode, SchedulerSettings, ShapeUpdate, TaskKey, TaskRecord, Timestamp};
 use crate::sink::event::{PoolEvent, PoolTransition};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 #[derive(Debug, Default)]
@@ -61,7 +61,7 @@ pub fn running_of(s: &Scheduler) -> RunningIntervals {
 /// intervals their stored records put them on.
 pub fn running_of_records(
     desired: &[(TaskKey, TaskMeta)],
-    stored: &HashMap<TaskKey, TaskRecord>,
+    stored: &super::Records,
     adaptive: &AdaptiveSettings,
 ) -> RunningIntervals {
     let fresh = TaskRecord::default();

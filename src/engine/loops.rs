@@ -157,7 +157,7 @@ pub(super) async fn resolve_loop(shared: Arc<Shared>, mut stop: watch::Receiver<
             });
         }
         if due || resolve || now.since(solved_at) >= settings.resolve_interval {
-            let mut none = HashMap::new();
+            let mut none = super::Records::default();
             shared.reconcile(now, &mut none, false);
         }
     }

@@ -185,7 +185,7 @@ pub struct Shared {
     /// Records of tasks whose unit this member does not own now (a
     /// cluster's member): taken again when the unit comes back and gossip
     /// has nothing newer. Their rows stay in the database.
-    parked: Mutex<HashMap<TaskKey, TaskRecord>>,
+    parked: Mutex<Records>,
     settings: Mutex<SettingsLayers>,
     write_lock: tokio::sync::Mutex<()>,
     /// Serialises instance changes (check-then-insert).
@@ -258,7 +258,7 @@ impl Shared {
             catalog,
             full_catalog,
             scope: RwLock::new(None),
-            parked: Mutex::new(HashMap::new()),
+            parked: Mutex::new(Records::default()),
             settings: Mutex::new(layers),
             write_lock: tokio::sync::Mutex::new(()),
             catalog_edit: tokio::sync::Mutex::new(()),
@@ -369,7 +369,7 @@ impl Shared {
     /// Re-solve every pool and bring the scheduler's task set in line with
     /// the catalog and the new plan: tasks added, removed, re-timed, held
     /// or released; pool token buckets set to their effective budgets.
-    pub fn reconcile(&self, now: Timestamp, stored: &mut HashMap<TaskKey, TaskRecord>, cold_start: bool) {
+    pub fn reconcile(&self, now: Timestamp, stored: &mut Records, cold_start: bool) {
         let cat = self.catalog();
         let (settings, adaptive, running, starting) = {
             let c = self.core();
@@ -525,7 +525,7 @@ impl Shared {
 
     pub fn set_catalog(&self, catalog: Catalog) {
         self.put_catalog(catalog);
-        let mut none = HashMap::new();
+        let mut none = Records::default();
         self.reconcile(self.now(), &mut none, false);
     }
 
@@ -569,7 +569,7 @@ impl Shared {
         let gained: BTreeSet<&Unit> = owned.difference(&before).collect();
         let full = self.full_catalog();
         let unit_of = |k: &TaskKey| full.instances.get(&*k.instance).map(|e| ownership::unit_of(&e.config));
-        let mut records: HashMap<TaskKey, TaskRecord> = HashMap::new();
+        let mut records = Records::default();
         {
             let c = self.core();
             let mut parked = lock(&self.parked);
@@ -694,7 +694,7 @@ impl Shared {
             s.set_settings(settings, now, rng);
         }
         self.put_catalog(catalog);
-        let mut none = HashMap::new();
+        let mut none = Records::default();
         self.reconcile(now, &mut none, false);
     }
 
@@ -707,10 +707,14 @@ impl Shared {
             let (s, rng) = c.scheduler_and_rng();
             s.set_settings(settings, now, rng);
         }
-        let mut none = HashMap::new();
+        let mut none = Records::default();
         self.reconcile(now, &mut none, false);
     }
 }
+
+/// Task records by key, as loaded, adopted or parked (100,000 of them at
+/// a start: a fast hash, not SipHash).
+pub type Records = rustc_hash::FxHashMap<TaskKey, TaskRecord>;
 
 /// An adopted task overdue by less than this is due at once: it fell due
 /// while its unit moved between members (a few gossip rounds).
@@ -724,7 +728,7 @@ pub struct Adoption {
     pub aimd: Vec<(String, AimdState)>,
     /// The records of dead-lettered and discarded tasks, and of every task
     /// of a unit its last owner let go.
-    pub records: HashMap<TaskKey, TaskRecord>,
+    pub records: Records,
 }
 
 /// What the owner of a unit publishes of it.
@@ -759,7 +763,7 @@ impl Engine {
             tracing::warn!(error = %c, "skipping unreadable task record");
         }
         let cold_start = records.is_empty();
-        let mut stored: HashMap<TaskKey, TaskRecord> = records.into_iter().collect();
+        let mut stored: Records = records.into_iter().collect();
         let store = shared.store.clone();
         match tokio::task::spawn_blocking(move || store.load_aimd())
             .await

@@ -124,16 +124,16 @@ impl EngineHandle {
     /// The health of every task, for per-instance summaries.
     pub fn task_health(&self) -> Vec<TaskHealth> {
         let c = self.0.core();
-        c.scheduler
-            .tasks()
-            .map(|t| TaskHealth {
-                instance: t.key.instance.clone(),
-                disabled: t.rec.disabled,
-                dead_lettered: t.rec.dead_letter.is_some(),
-                failures: t.rec.failures,
-                last_success: t.rec.last_success,
-                rate_limited: t.rec.last_error.as_ref().is_some_and(|e| e.is_rate_limited()),
-            })
+        c.scheduler.tasks().map(TaskHealth::of).collect()
+    }
+
+    /// The health of the tasks `keys` name (a page's); a key
+    /// with no task is left out.
+    pub fn task_health_of(&self, keys: &[TaskKey]) -> Vec<TaskHealth> {
+        let c = self.0.core();
+        keys.iter()
+            .filter_map(|k| c.scheduler.get(k))
+            .map(TaskHealth::of)
             .collect()
     }
 
@@ -196,6 +196,19 @@ pub struct TaskHealth {
     pub last_success: Option<Timestamp>,
     /// Its polls since the last success only got HTTP 429.
     pub rate_limited: bool,
+}
+
+impl TaskHealth {
+    fn of(t: &crate::core::scheduler::Task) -> TaskHealth {
+        TaskHealth {
+            instance: t.key.instance.clone(),
+            disabled: t.rec.disabled,
+            dead_lettered: t.rec.dead_letter.is_some(),
+            failures: t.rec.failures,
+            last_success: t.rec.last_success,
+            rate_limited: t.rec.last_error.as_ref().is_some_and(|e| e.is_rate_limited()),
+        }
+    }
 }
 
 /// Where a task stands, as [`TaskView`] shows it.

@@ -276,7 +276,7 @@ async fn a_member_takes_a_unit_from_the_adopted_state_and_parks_a_unit_it_lets_g
     use crate::core::aimd::{AimdState, Announced, Recovery};
     use crate::core::ownership::Unit;
     use crate::model::{BudgetConfig, InstanceConfig};
-    use std::collections::{BTreeSet, HashMap};
+    use std::collections::BTreeSet;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let shared = shared(dir.path());
@@ -299,7 +299,7 @@ async fn a_member_takes_a_unit_from_the_adopted_state_and_parks_a_unit_it_lets_g
 
     let now = shared.now();
     let key = TaskKey::new("org-a", &group);
-    let mut records = HashMap::new();
+    let mut records = super::Records::default();
     records.insert(
         key.clone(),
         TaskRecord {
@@ -375,7 +375,7 @@ async fn a_member_takes_a_unit_from_the_adopted_state_and_parks_a_unit_it_lets_g
 async fn a_unit_handed_over_keeps_its_cadence_on_the_next_owner() {
     use crate::core::ownership::Unit;
     use crate::model::InstanceConfig;
-    use std::collections::{BTreeSet, HashMap};
+    use std::collections::BTreeSet;
 
     let catalog = || {
         let mut cat = Catalog::new(vec![], vec![]);
@@ -403,7 +403,7 @@ async fn a_unit_handed_over_keeps_its_cadence_on_the_next_owner() {
     );
     let released = a.unit_states(true);
     assert_eq!(released.len(), 1);
-    let mut records: HashMap<TaskKey, TaskRecord> = released[0].1.records.iter().cloned().collect();
+    let mut records: super::Records = released[0].1.records.iter().cloned().collect();
     let rec = records.get_mut(&key).expect("the healthy task's record is published");
     // As if the last owner had just polled it: next due in 20 s.
     let next = a.now().plus(Duration::from_secs(20));
@@ -439,7 +439,7 @@ async fn a_unit_handed_over_keeps_its_cadence_on_the_next_owner() {
         BTreeSet::from([Unit::Instance("lone".into())]),
         super::Adoption {
             aimd: Vec::new(),
-            records: HashMap::from([(key.clone(), rec)]),
+            records: super::Records::from_iter([(key.clone(), rec)]),
         },
     );
     let after = b.now();

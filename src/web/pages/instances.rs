@@ -124,18 +124,8 @@ fn states_of(
         })
         .collect();
     let mut out = States::default();
-    for t in app.engine.tasks_of(&keys) {
-        fold(
-            &mut out,
-            crate::engine::snapshot::TaskHealth {
-                instance: t.key.instance.clone(),
-                disabled: t.rec.disabled,
-                dead_lettered: t.rec.dead_letter.is_some(),
-                failures: t.rec.failures,
-                last_success: t.rec.last_success,
-                rate_limited: t.rec.last_error.as_ref().is_some_and(|e| e.is_rate_limited()),
-            },
-        );
+    for t in app.engine.task_health_of(&keys) {
+        fold(&mut out, t);
     }
     out
 }
