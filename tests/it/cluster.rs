@@ -1,18 +1,23 @@
 //! Cluster members as real processes (`[cluster]`, gossip over sealed
-//! UDP): three `pollster serve` on loopback share one fleet, each unit
+//! UDP): three `pollster serve` on loopback share one fleet (a pool of
+//! instances of the simulated Meraki organization, and instances of the
+//! simulated Proxmox VE cluster without a pool), each unit
 //! polled by one of them, and say so on `GET /api/cluster` and the Cluster
 //! page; a reload keeps each share; a dead-letter retry asked of a member
 //! that does not poll the task is carried out by the one that does; a
 //! member killed with SIGKILL has its units and its dead-letter entries
 //! taken over within 30 s; the budget pool never sees more than its budget
-//! over any 10 s window; the member comes back and takes its units again,
-//! and each member's /metrics carries only what it polls. A member with
+//! over any 10 s window (its requests counted at the target, whichever
+//! member sent them); the member comes back and takes its units again,
+//! asking each instance at its floor and never sooner, and each member's
+//! /metrics carries only what it polls. A member with
 //! another key never joins (the others count its datagrams as rejected),
 //! and one with another config owns nothing. In network namespaces, a
 //! member cut off from the two others by a real partition stops, the two
 //! take its units, and the three settle again once the cut heals.
 
-use pollster::fleet::{Behaviour, Fleet};
+use pollster::fleet::sim::SimApi;
+use pollster::fleet::{Behaviour, BodyFormat, Fleet, Member as FleetMember};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -334,22 +339,39 @@ fn split_once(split: &BTreeMap<String, BTreeSet<String>>, units: &BTreeSet<Strin
     split.values().flatten().all(|u| seen.insert(u.clone())) && seen == *units
 }
 
+/// The org pool's instances answer as the simulated Meraki organization,
+/// the instances without a pool as the simulated Proxmox VE cluster.
+fn simulated(org: &[String], lone: &[String]) -> Vec<FleetMember> {
+    let sim = |name: &String, api| FleetMember::simulating(name.clone(), Behaviour::Healthy, api);
+    org.iter()
+        .map(|n| sim(n, SimApi::Meraki))
+        .chain(lone.iter().map(|n| sim(n, SimApi::Pve)))
+        .collect()
+}
+
 fn shared_config(fleet: &Fleet, org: &[String], lone: &[String], dead: &str) -> String {
+    let group = |ty: &str, path: &str| {
+        format!(
+            "[[types]]\nname = \"{ty}\"\n[[types.groups]]\nname = \"probe\"\npath = \"{path}\"\npriority = 1\nfloor = \"3s\"\n\n"
+        )
+    };
     let mut cfg = format!(
         "[adaptive]\nenabled = false\n\n[failure]\nbackoff_initial = \"60s\"\nbackoff_jitter = 0.0\nbreaker_threshold = 1\ndead_letter_after = 1\n\n\
          [[budgets]]\nname = \"org\"\nrequests_per_second = {ORG_RPS}\n\n\
-         [[budgets]]\nname = \"broken\"\nrequests_per_second = 5.0\n\n\
-         [[types]]\nname = \"every3s\"\n[[types.groups]]\nname = \"probe\"\npath = \"\"\npriority = 1\nfloor = \"3s\"\n\n"
+         [[budgets]]\nname = \"broken\"\nrequests_per_second = 5.0\n\n{}{}{}",
+        group("meraki_org", "/api/v1/organizations"),
+        group("pve_version", "/api2/json/version"),
+        group("every3s", ""),
     );
     for name in org {
         cfg.push_str(&format!(
-            "[[instances]]\nname = \"{name}\"\ntype = \"every3s\"\nurl = \"{}\"\ntimeout = \"1s\"\nbudget = \"org\"\n\n",
+            "[[instances]]\nname = \"{name}\"\ntype = \"meraki_org\"\nurl = \"{}\"\ntimeout = \"1s\"\nbudget = \"org\"\n\n",
             fleet.url(name)
         ));
     }
     for name in lone {
         cfg.push_str(&format!(
-            "[[instances]]\nname = \"{name}\"\ntype = \"every3s\"\nurl = \"{}\"\ntimeout = \"1s\"\n\n",
+            "[[instances]]\nname = \"{name}\"\ntype = \"pve_version\"\nurl = \"{}\"\ntimeout = \"1s\"\n\n",
             fleet.url(name)
         ));
     }
@@ -373,13 +395,9 @@ async fn three_members_share_the_fleet_take_over_a_killed_one_and_refuse_a_wrong
     let org: Vec<String> = (0..8).map(|i| format!("org-{i}")).collect();
     let lone: Vec<String> = (0..4).map(|i| format!("pve-{i}")).collect();
     let dead = "tripped".to_string();
-    let mut instances: Vec<(String, Behaviour)> = org
-        .iter()
-        .chain(&lone)
-        .map(|n| (n.clone(), Behaviour::Healthy))
-        .collect();
-    instances.push((dead.clone(), Behaviour::Unauthorized));
-    let fleet = Fleet::start("127.0.0.1:0".parse().expect("addr"), instances)
+    let mut members = simulated(&org, &lone);
+    members.push(FleetMember::new(dead.clone(), Behaviour::Unauthorized));
+    let fleet = Fleet::start_members("127.0.0.1:0".parse().expect("addr"), members, BodyFormat::Json)
         .await
         .expect("fleet");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -875,14 +893,13 @@ async fn a_member_cut_off_by_a_real_partition_stops_and_the_majority_takes_its_u
     };
     let org: Vec<String> = (0..8).map(|i| format!("org-{i}")).collect();
     let lone: Vec<String> = (0..4).map(|i| format!("pve-{i}")).collect();
-    let instances: Vec<(String, Behaviour)> = org
-        .iter()
-        .chain(&lone)
-        .map(|n| (n.clone(), Behaviour::Healthy))
-        .collect();
-    let fleet = Fleet::start(SocketAddr::new(Partition::addr(Partition::SERVICE, 1), 0), instances)
-        .await
-        .expect("fleet on the service network");
+    let fleet = Fleet::start_members(
+        SocketAddr::new(Partition::addr(Partition::SERVICE, 1), 0),
+        simulated(&org, &lone),
+        BodyFormat::Json,
+    )
+    .await
+    .expect("fleet on the service network");
     let dir = tempfile::tempdir().expect("tempdir");
     let key = write_key(dir.path(), "cluster.key", 9);
     let mut shared = shared_config(&fleet, &org, &lone, "unused");
