@@ -60,8 +60,9 @@ struct Args {
     /// Print dispatch rate, p99 lateness and polls in flight every 250 ms.
     #[arg(long)]
     timeline: bool,
-    /// Render /metrics as a scrape does, then GET it from the metrics
-    /// listener (once in idle mode, every 15 s else).
+    /// Render /metrics as a scrape does, then GET it (and /values, with
+    /// `--values`) from the metrics listener (once in idle mode, every 15 s
+    /// else).
     #[arg(long)]
     scrape: bool,
     /// `[metrics] per_instance_histograms`.
@@ -265,21 +266,28 @@ impl pollster::metrics::ChunkSink for CountBytes {
 
 /// One scrape as `GET /metrics` makes it (written in chunks, not kept),
 /// then one through the metrics listener, read chunk by chunk and dropped.
-fn scrape(shared: &Running) -> [Scrape; 2] {
+fn scrape(shared: &Running, values: bool) -> Vec<Scrape> {
     let t = Instant::now();
     let CountBytes(bytes) = shared.metrics().write(CountBytes(0));
-    let written = ("written", t.elapsed(), bytes);
-    let served = shared.runtime.block_on(async {
-        let t = Instant::now();
-        let mut r = reqwest::get(&shared.metrics_url).await.expect("GET /metrics");
-        assert!(r.status().is_success(), "GET /metrics: {}", r.status());
-        let mut bytes = 0;
-        while let Some(chunk) = r.chunk().await.expect("the body") {
-            bytes += chunk.len();
-        }
-        ("GET /metrics", t.elapsed(), bytes)
-    });
-    [written, served]
+    let mut out = vec![("written", t.elapsed(), bytes)];
+    let get = |what: &'static str, url: String| {
+        shared.runtime.block_on(async {
+            let t = Instant::now();
+            let mut r = reqwest::get(&url).await.expect(what);
+            assert!(r.status().is_success(), "{what}: {}", r.status());
+            let mut bytes = 0;
+            while let Some(chunk) = r.chunk().await.expect("the body") {
+                bytes += chunk.len();
+            }
+            (what, t.elapsed(), bytes)
+        })
+    };
+    out.push(get("GET /metrics", shared.metrics_url.clone()));
+    // With value rules, the values too: what a scrape of both costs.
+    if values {
+        out.push(get("GET /values", shared.metrics_url.replace("/metrics", "/values")));
+    }
+    out
 }
 
 /// How a scrape was made, how long it took, its bytes.
@@ -310,7 +318,7 @@ fn measure_idle(
     };
     let end = Snapshot::take(shared, fleet);
     if args.scrape {
-        scrapes.extend(scrape(shared));
+        scrapes.extend(scrape(shared, args.values > 0));
     }
     std::thread::sleep(Duration::from_secs(args.seconds));
     (start, end, Some(n as f64 / round.as_secs_f64()))
@@ -324,7 +332,7 @@ fn watch(args: &Args, shared: &Running, fleet: &Fleet, scrapes: &mut Vec<Scrape>
     let mut prev = Snapshot::take(shared, fleet);
     while (args.timeline || args.scrape) && Instant::now() + step < end {
         if args.scrape && Instant::now() >= next_scrape {
-            scrapes.extend(scrape(shared));
+            scrapes.extend(scrape(shared, args.values > 0));
             next_scrape += SCRAPE_EVERY;
         }
         std::thread::sleep(step);
