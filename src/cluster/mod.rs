@@ -62,6 +62,13 @@ const CHANGES_KEPT_FOR: Duration = Duration::from_secs(3600);
 /// A unit's state is published again when it changed, at most this often
 /// (its dead-letter entries at once).
 const REPUBLISH_EVERY: Duration = Duration::from_secs(5);
+
+/// How long the every-task state of a unit let go stays in gossip: long
+/// enough for its next owner to take it (a few rounds); then it is cut
+/// back to what a member publishes of a unit it owns (the AIMD state and
+/// the dead-lettered and discarded tasks), so a big pool's records do not
+/// stay on every member.
+const LET_GO_KEPT: Duration = Duration::from_secs(30);
 /// A forwarded dead-letter action waits at least this long for the owner's
 /// answer (and ten gossip intervals).
 const FORWARD_WAIT: Duration = Duration::from_secs(15);
@@ -378,6 +385,7 @@ impl Cluster {
             heard: HashMap::new(),
             waiting_since: BTreeMap::new(),
             published: BTreeMap::new(),
+            let_go: BTreeMap::new(),
             owners: BTreeMap::new(),
             changes: VecDeque::new(),
             served: HashMap::new(),
@@ -500,11 +508,23 @@ struct Loop {
     waiting_since: BTreeMap<Unit, u32>,
     /// What was last published of each unit: content and time.
     published: BTreeMap<Unit, (gossip::Content, Timestamp)>,
+    /// Units let go with every task's record, to be cut back after
+    /// [`LET_GO_KEPT`].
+    let_go: BTreeMap<Unit, LetGo>,
     /// The owners in this member's view, last round.
     owners: BTreeMap<Unit, Option<String>>,
     changes: VecDeque<Change>,
     /// Forwarded actions this member carried out, by id, and when.
     served: HashMap<String, Timestamp>,
+}
+
+/// A unit let go with every task's record (see [`LET_GO_KEPT`]).
+struct LetGo {
+    at: Timestamp,
+    /// What stays: the AIMD state and the dead-lettered and discarded rows.
+    trimmed: gossip::Content,
+    /// How many chunks the let-go wrote.
+    chunks: usize,
 }
 
 impl Loop {
@@ -821,11 +841,30 @@ impl Loop {
         let states = self.fleet.unit_states(true);
         let now = self.fleet.now();
         self.fleet.set_scope(next.clone(), adopted);
-        let last: Vec<(String, String)> = states
-            .iter()
-            .filter(|(u, _)| lost.contains(u))
-            .flat_map(|(u, st)| gossip::encode_unit(u, now.0, &gossip::encode_content(st)))
-            .collect();
+        let mut last: Vec<(String, String)> = Vec::new();
+        for (u, st) in states.iter().filter(|(u, _)| lost.contains(u)) {
+            let content = gossip::encode_content(st);
+            last.extend(gossip::encode_unit(u, now.0, &content));
+            let trimmed = UnitState {
+                aimd: st.aimd.clone(),
+                records: st
+                    .records
+                    .iter()
+                    .filter(|(_, r)| r.dead_letter.is_some() || r.disabled)
+                    .cloned()
+                    .collect(),
+            };
+            self.let_go.insert(
+                u.clone(),
+                LetGo {
+                    at: now,
+                    trimmed: gossip::encode_content(&trimmed),
+                    chunks: content.1.len(),
+                },
+            );
+            // Published afresh if it comes back.
+            self.published.remove(u);
+        }
         let units = gossip::encode_units(&next);
         self.handle
             .with_chitchat(|c| {
@@ -856,6 +895,31 @@ impl Loop {
             (gossip::LOAD.into(), load),
         ];
         let mut stale: Vec<String> = Vec::new();
+        let chunk = |u: &Unit, i: usize| format!("{}/{i}", gossip::head_key(u));
+        let expired: Vec<Unit> = self
+            .let_go
+            .iter()
+            .filter(|(_, g)| now.since(g.at) >= LET_GO_KEPT)
+            .map(|(u, _)| u.clone())
+            .collect();
+        for u in expired {
+            // Owned again: its own publication stands, and only the chunks
+            // beyond it go (once it is out). Else the head is written again
+            // as of the let-go (no newer than it was), with the trimmed rows.
+            let kept = if self.owned.contains(&u) {
+                match self.published.get(&u) {
+                    Some((c, _)) => c.1.len(),
+                    None => continue,
+                }
+            } else {
+                let g = &self.let_go[&u];
+                keys.extend(gossip::encode_unit(&u, g.at.0, &g.trimmed));
+                g.trimmed.1.len()
+            };
+            if let Some(g) = self.let_go.remove(&u) {
+                stale.extend((kept..g.chunks).map(|i| chunk(&u, i)));
+            }
+        }
         for (u, st) in self.fleet.unit_states(false) {
             let content = gossip::encode_content(&st);
             let due = match self.published.get(&u) {
@@ -870,7 +934,7 @@ impl Loop {
             if let Some((before, _)) = self.published.get(&u)
                 && before.1.len() > content.1.len()
             {
-                stale.extend((content.1.len()..before.1.len()).map(|i| format!("{}/{i}", gossip::head_key(&u))));
+                stale.extend((content.1.len()..before.1.len()).map(|i| chunk(&u, i)));
             }
             keys.extend(gossip::encode_unit(&u, now.0, &content));
             self.published.insert(u, (content, now));

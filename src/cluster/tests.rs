@@ -62,7 +62,9 @@ impl Fleet for FakeFleet {
     fn load(&self) -> (usize, f64) {
         (lock(&self.scope).len(), 0.5)
     }
-    fn unit_states(&self, _every_task: bool) -> Vec<(Unit, UnitState)> {
+    /// With `every_task`, 120 healthy tasks besides the dead-lettered one
+    /// (three chunks in gossip).
+    fn unit_states(&self, every_task: bool) -> Vec<(Unit, UnitState)> {
         let now = self.now();
         lock(&self.scope)
             .iter()
@@ -89,13 +91,14 @@ impl Fleet for FakeFleet {
                     }),
                     ..TaskRecord::default()
                 };
-                (
-                    u.clone(),
-                    UnitState {
-                        aimd,
-                        records: vec![(dead_task(u), rec)],
-                    },
-                )
+                let mut records = vec![(dead_task(u), rec)];
+                if every_task {
+                    records.extend((0..120).map(|i| {
+                        let key = TaskKey::new(&format!("{}-{i}", u.name()), "devices");
+                        (key, TaskRecord::default())
+                    }));
+                }
+                (u.clone(), UnitState { aimd, records })
             })
             .collect()
     }
@@ -185,6 +188,29 @@ async fn member(i: usize, fleet: Arc<FakeFleet>, transport: &Lossy, generation: 
     Cluster::start(setup, fleet, ClusterMetrics::new().unwrap(), transport)
         .await
         .unwrap()
+}
+
+/// Chunks of unit states past the first that `members` publish.
+async fn extra_chunks(members: Vec<&Cluster>) -> usize {
+    let mut n = 0;
+    for m in members {
+        n += m
+            .inner
+            .chitchat
+            .lock()
+            .await
+            .self_node_state()
+            .key_values()
+            .filter(|(k, _)| {
+                k.starts_with(gossip::UNIT_PREFIX)
+                    && k.rsplit('/')
+                        .next()
+                        .and_then(|i| i.parse::<usize>().ok())
+                        .is_some_and(|i| i >= 1)
+            })
+            .count();
+    }
+    n
 }
 
 /// How many of `fleets` own each unit now.
@@ -297,6 +323,19 @@ async fn a_killed_members_units_move_within_the_bound_from_its_gossiped_state_an
         );
     }
     assert!(longest <= INTERVAL, "a unit was polled by two members for {longest:?}");
+
+    // What the survivors let go carried every task (three chunks); after
+    // LET_GO_KEPT it is cut back to the dead-letter entry (one chunk).
+    assert!(
+        extra_chunks(vec![&members[0], &members[1]]).await > 0,
+        "the units let go carried every task's record"
+    );
+    tokio::time::sleep(super::LET_GO_KEPT + INTERVAL * 3).await;
+    assert_eq!(
+        extra_chunks(vec![&members[0], &members[1], &_m2]).await,
+        0,
+        "a let-go's every-task records stay in gossip"
+    );
     let changes = members[0].status().changes;
     assert!(
         changes.iter().any(|c| c.from.as_deref() == Some("m2"))

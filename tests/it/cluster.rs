@@ -578,7 +578,9 @@ async fn three_members_share_the_fleet_take_over_a_killed_one_and_refuse_a_wrong
     // It comes back: its units go back to it within 30 s, with no burst:
     // each of their instances is asked at its 3 s floor, never sooner (the
     // member letting a unit go publishes when each task is next due, and
-    // the one taking it keeps that). 2.5 s allows for the 100 ms samples.
+    // the one taking it keeps that). 2.5 s allows for the 100 ms samples
+    // and a previous poll dispatched late; the rule before this one left
+    // gaps of 2.0-2.5 s here, and a second at once.
     let moved: Vec<String> = victim_units
         .iter()
         .flat_map(|u| match u.as_str() {
@@ -610,28 +612,31 @@ async fn three_members_share_the_fleet_take_over_a_killed_one_and_refuse_a_wrong
     sampler.abort();
     watcher.abort();
     let asked = asked.lock().expect("asked").clone();
+    // The shortest time between two requests to one moved instance.
+    let mut shortest: Option<(Duration, &str)> = None;
     for (i, name) in moved.iter().enumerate() {
         let mut last: Option<Instant> = None;
         for w in asked.windows(2) {
             let (n0, (t1, n1)) = (w[0].1[i], (w[1].0, w[1].1[i]));
-            assert!(
-                n1 - n0 <= 1,
-                "{name} asked {} times within 100 ms of the hand-back",
-                n1 - n0
-            );
-            if n1 > n0 {
-                if let Some(t) = last {
-                    assert!(
-                        t1.duration_since(t) > Duration::from_millis(2500),
-                        "{name} asked again {:?} after the last time, across the hand-back (floor 3 s)",
-                        t1.duration_since(t)
-                    );
-                }
-                last = Some(t1);
+            let gap = match n1 - n0 {
+                0 => continue,
+                1 => last.map(|t| t1.duration_since(t)),
+                _ => Some(Duration::ZERO),
+            };
+            if let Some(gap) = gap
+                && shortest.is_none_or(|(s, _)| gap < s)
+            {
+                shortest = Some((gap, name));
             }
+            last = Some(t1);
         }
         assert!(last.is_some(), "{name} was not asked across the hand-back");
     }
+    let (gap, name) = shortest.expect("a moved instance asked twice");
+    assert!(
+        gap > Duration::from_millis(2500),
+        "{name} asked again {gap:?} after the last time, across the hand-back (floor 3 s)"
+    );
 
     // The org pool never saw more than its budget over any 10 s window
     // (plus its burst of one, and a tenth for AIMD's probe), through the

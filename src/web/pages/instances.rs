@@ -230,13 +230,11 @@ fn select(app: &AppState, q: &ListQuery) -> (Vec<Row>, usize, usize, usize) {
 }
 
 pub async fn list(State(app): State<AppState>, session: Session, Query(q): Query<ListQuery>) -> ListPage {
-    let q = Arc::new(q);
     let (rows, matching, page, pages) = {
         let q = q.clone();
         app.render(move |app| select(app, &q)).await
     };
     let cat = app.engine.catalog();
-    let q = Arc::unwrap_or_clone(q);
     let link = |p: usize| {
         format!(
             "/instances?q={}&type={}&state={}&sort={}&page={p}",
