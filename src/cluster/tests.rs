@@ -190,25 +190,24 @@ async fn member(i: usize, fleet: Arc<FakeFleet>, transport: &Lossy, generation: 
         .unwrap()
 }
 
+/// How many of its own gossip keys `m` publishes that `pick` picks.
+async fn own_keys(m: &Cluster, pick: impl Fn(&str) -> bool) -> usize {
+    let mut chitchat = m.inner.chitchat.lock().await;
+    chitchat.self_node_state().key_values().filter(|(k, _)| pick(k)).count()
+}
+
 /// Chunks of unit states past the first that `members` publish.
 async fn extra_chunks(members: Vec<&Cluster>) -> usize {
+    let past_first = |k: &str| {
+        k.starts_with(gossip::UNIT_PREFIX)
+            && k.rsplit('/')
+                .next()
+                .and_then(|i| i.parse::<usize>().ok())
+                .is_some_and(|i| i >= 1)
+    };
     let mut n = 0;
     for m in members {
-        n += m
-            .inner
-            .chitchat
-            .lock()
-            .await
-            .self_node_state()
-            .key_values()
-            .filter(|(k, _)| {
-                k.starts_with(gossip::UNIT_PREFIX)
-                    && k.rsplit('/')
-                        .next()
-                        .and_then(|i| i.parse::<usize>().ok())
-                        .is_some_and(|i| i >= 1)
-            })
-            .count();
+        n += own_keys(m, past_first).await;
     }
     n
 }
@@ -415,15 +414,10 @@ async fn a_dead_letter_action_asked_of_another_member_is_carried_out_once_by_the
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(lock(&fleets[owner].ops).len(), 2);
     for m in &members {
-        let left = m
-            .inner
-            .chitchat
-            .lock()
-            .await
-            .self_node_state()
-            .key_values()
-            .filter(|(k, _)| k.starts_with(forward::REQUEST_PREFIX) || k.starts_with(forward::REPLY_PREFIX))
-            .count();
+        let left = own_keys(m, |k| {
+            k.starts_with(forward::REQUEST_PREFIX) || k.starts_with(forward::REPLY_PREFIX)
+        })
+        .await;
         assert_eq!(left, 0, "{}: forwarded keys left", m.inner.me);
     }
 
