@@ -1,6 +1,7 @@
 //! Side-by-side benchmark: the same N targets polled at the same interval by
 //! (a) Pollster (`pollster serve`, a real process with a config file),
-//! (b) Prometheus scraping them as scrape targets, and (c) the raw hyper
+//! (b) Prometheus and vmagent scraping them as scrape targets (vmagent
+//! remote-writes to a sink here that drops each batch), and (c) the raw hyper
 //! client loop of `examples/floor.rs`, one after the other against one
 //! `pollster-fleet` process. `bench/compare.sh` builds what it needs and runs
 //! it; results and how to read them: docs/BENCHMARKS.md.
@@ -58,8 +59,8 @@ struct Args {
     #[arg(long, default_value_t = 30)]
     seconds: u64,
     /// Which clients to run, in order: floor, pollster, pollster-values,
-    /// prometheus.
-    #[arg(long, value_delimiter = ',', default_value = "floor,pollster,prometheus")]
+    /// prometheus, vmagent.
+    #[arg(long, value_delimiter = ',', default_value = "floor,pollster,prometheus,vmagent")]
     only: Vec<String>,
     /// Value rules (one sample each) in the group of `pollster-values`.
     #[arg(long, default_value_t = 10)]
@@ -70,6 +71,9 @@ struct Args {
     /// The Prometheus binary.
     #[arg(long, default_value = "prometheus")]
     prometheus: PathBuf,
+    /// The vmagent binary (Debian's `victoria-metrics` package).
+    #[arg(long, default_value = "vmagent")]
+    vmagent: PathBuf,
     /// During Pollster's window, also load its UI and API with this many
     /// concurrent clients: the window split between the health API, the
     /// dashboard and the instances list (two pages and a search); prints
@@ -120,8 +124,8 @@ fn main() {
     });
     let json = args.only.iter().any(|c| c == "pollster-values");
     assert!(
-        !(json && args.only.iter().any(|c| c == "prometheus")),
-        "pollster-values needs the fleet's JSON answers, which Prometheus cannot scrape: run them separately"
+        !(json && args.only.iter().any(|c| c == "prometheus" || c == "vmagent")),
+        "pollster-values needs the fleet's JSON answers, which Prometheus and vmagent cannot scrape: run them separately"
     );
     let fleet = Fleet::spawn(
         &bin_dir.join("pollster-fleet"),
@@ -137,7 +141,8 @@ fn main() {
             "pollster" => run_pollster(&args, &bin_dir, &fleet, scratch.path(), 0),
             "pollster-values" => run_pollster(&args, &bin_dir, &fleet, scratch.path(), args.values),
             "prometheus" => run_prometheus(&args, &fleet, scratch.path()),
-            other => panic!("unknown client {other:?} (floor, pollster, pollster-values, prometheus)"),
+            "vmagent" => run_vmagent(&args, &fleet, scratch.path()),
+            other => panic!("unknown client {other:?} (floor, pollster, pollster-values, prometheus, vmagent)"),
         };
         eprintln!("{row:?}");
         if args.keep {
@@ -153,6 +158,18 @@ fn main() {
             .find(|r| r.client == client)
             .map(|r| r.cpu / (r.polls as f64 / 1000.0))
     };
+    // Against each peer, Pollster's ratio beside the floor's: no client
+    // that polls through hyper can go below the floor's.
+    for peer in ["vmagent", "prometheus"] {
+        if let Some(theirs) = per_k(peer) {
+            let ratio = |client: &str| per_k(client).map_or("—".to_string(), |c| format!("{:.2}×", c / theirs));
+            println!(
+                "CPU per poll against {peer}: Pollster {}, floor {}",
+                ratio("pollster"),
+                ratio("floor")
+            );
+        }
+    }
     if let (Some(with), Some(without)) = (per_k("pollster-values"), per_k("pollster")) {
         println!(
             "\nCPU per poll with {} value rules: {:.2}× without",
@@ -166,6 +183,13 @@ fn table(args: &Args, rows: &[Row]) -> String {
     let configured = args.instances as f64 / args.interval.as_secs_f64();
     let floor = rows.iter().find(|r| r.client == "floor");
     let per_k = |r: &Row| r.cpu / (r.polls as f64 / 1000.0);
+    let ms = |v: f64| {
+        if v.is_nan() {
+            "—".to_string()
+        } else {
+            format!("{v:.1}")
+        }
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -182,7 +206,7 @@ fn table(args: &Args, rows: &[Row]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {:.0} | {:.4} | {} | {:.2} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.2} |",
+            "| {} | {:.0} | {:.0} | {:.4} | {} | {:.2} | {:.1} | {} | {} | {} | {:.2} | {:.2} |",
             r.client,
             configured,
             r.polls as f64 / r.secs,
@@ -191,8 +215,8 @@ fn table(args: &Args, rows: &[Row]) -> String {
             r.cpu / r.secs,
             r.rss as f64 / 1048576.0,
             rss_x,
-            r.p50_ms,
-            r.p99_ms,
+            ms(r.p50_ms),
+            ms(r.p99_ms),
             r.fleet_cpu / r.secs,
             r.other_cpu / r.secs,
         );
@@ -437,12 +461,12 @@ fn run_pollster(args: &Args, bin_dir: &Path, fleet: &Fleet, dir: &Path, values: 
     }
 }
 
-fn run_prometheus(args: &Args, fleet: &Fleet, dir: &Path) -> Row {
-    let port = free_port();
-    let secs = args.interval.as_secs_f64();
+/// The scrape config Prometheus and vmagent both read: one static target
+/// per instance, its path in `__metrics_path__`, scraped at the interval.
+fn scrape_config(args: &Args, fleet: &Fleet) -> String {
+    let ms = args.interval.as_millis();
     let mut config = format!(
-        "global:\n  scrape_interval: {0}ms\n  scrape_timeout: {0}ms\nscrape_configs:\n  - job_name: fleet\n    static_configs:\n",
-        (secs * 1000.0) as u64
+        "global:\n  scrape_interval: {ms}ms\n  scrape_timeout: {ms}ms\nscrape_configs:\n  - job_name: fleet\n    static_configs:\n",
     );
     for i in 0..args.instances {
         let name = pollster::fleet::instance_name(i);
@@ -452,24 +476,38 @@ fn run_prometheus(args: &Args, fleet: &Fleet, dir: &Path) -> Row {
             fleet.addr
         );
     }
-    let file = dir.join("prometheus.yml");
-    std::fs::write(&file, config).expect("the config is written");
-    let child = Command::new(&args.prometheus)
-        .arg(format!("--config.file={}", file.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--log.level=warn")
+    config
+}
+
+/// Starts a scraper, waits out the warm-up and measures the window.
+fn measure(client: &str, mut command: Command, fleet: &Fleet, args: &Args) -> (Guard, Mark, Mark) {
+    let child = command
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", args.prometheus.display()));
+        .unwrap_or_else(|e| panic!("cannot start {client}: {e}"));
     let child = Guard(child);
     let pid = child.0.id();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("an address");
     std::thread::sleep(args.warmup);
     let a = Mark::take(pid, fleet);
     std::thread::sleep(Duration::from_secs(args.seconds));
     let b = Mark::take(pid, fleet);
+    (child, a, b)
+}
+
+fn run_prometheus(args: &Args, fleet: &Fleet, dir: &Path) -> Row {
+    let port = free_port();
+    let secs = args.interval.as_secs_f64();
+    let file = dir.join("prometheus.yml");
+    std::fs::write(&file, scrape_config(args, fleet)).expect("the config is written");
+    let mut command = Command::new(&args.prometheus);
+    command
+        .arg(format!("--config.file={}", file.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--log.level=warn");
+    let (child, a, b) = measure("prometheus", command, fleet, args);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("an address");
     let text = http_get(addr, "/metrics");
     let jitter = |q: &str| {
         text.lines()
@@ -479,7 +517,69 @@ fn run_prometheus(args: &Args, fleet: &Fleet, dir: &Path) -> Row {
             .and_then(|v| v.parse::<f64>().ok())
             .map_or(f64::NAN, |v| (v - secs).abs() * 1e3)
     };
-    row("prometheus", &a, &b, pid, (jitter("0.5"), jitter("0.99")))
+    row("prometheus", &a, &b, child.0.id(), (jitter("0.5"), jitter("0.99")))
+}
+
+/// vmagent (Debian's `victoria-metrics` package) scraping the same targets
+/// and remote-writing every sample to a sink in this process that reads and
+/// drops each batch, so what is measured is vmagent's own scrape, parse,
+/// relabel and compress-and-send work. It has no figure for how late a
+/// scrape starts, so its lateness columns are empty.
+fn run_vmagent(args: &Args, fleet: &Fleet, dir: &Path) -> Row {
+    let sink = null_sink();
+    let file = dir.join("vmagent.yml");
+    std::fs::write(&file, scrape_config(args, fleet)).expect("the config is written");
+    let mut command = Command::new(&args.vmagent);
+    command
+        .arg(format!("-promscrape.config={}", file.display()))
+        .arg(format!("-remoteWrite.url=http://{sink}/api/v1/write"))
+        .arg(format!(
+            "-remoteWrite.tmpDataPath={}",
+            dir.join("vmagent-data").display()
+        ))
+        .arg(format!("-httpListenAddr=127.0.0.1:{}", free_port()))
+        .arg("-loggerLevel=ERROR");
+    let (child, a, b) = measure("vmagent", command, fleet, args);
+    row("vmagent", &a, &b, child.0.id(), (f64::NAN, f64::NAN))
+}
+
+/// A remote-write receiver that answers every request `204 No Content`
+/// after reading its body (HTTP/1.1 keep-alive, `Content-Length` bodies, as
+/// vmagent sends them), one thread per connection.
+fn null_sink() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port for the sink");
+    let addr = listener.local_addr().expect("the sink's address");
+    std::thread::spawn(move || {
+        for conn in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn);
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err()
+                        || reader.get_mut().write_all(b"HTTP/1.1 204 No Content\r\n\r\n").is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
 }
 
 /// Latency of one UI/API load run.

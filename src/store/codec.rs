@@ -1,7 +1,8 @@
 //! The one place that turns stored values into bytes and back.
 //!
 //! Every value in every table is `[format version][payload]`, the payload
-//! JSON (serde_json). Decoding never panics: empty bytes, an unknown version,
+//! JSON (serde_json), except where a type's current version is binary
+//! (postcard, [`to_binary`]): task records, format 2. Decoding never panics: empty bytes, an unknown version,
 //! truncated or malformed JSON all come back as [`StoreError::Corrupt`] naming
 //! the table and key. Pure functions, no shared state.
 //!
@@ -38,6 +39,12 @@ pub(crate) trait Versioned: DeserializeOwned {
         let _ = payload;
         Err(unknown_version(version, Self::VERSION))
     }
+
+    /// Reads a payload of the current version: JSON, unless the type's
+    /// current version is binary ([`from_binary`]).
+    fn decode_current(payload: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice(payload).map_err(|e| format!("bad JSON: {e}"))
+    }
 }
 
 /// The write side of a stored value type (often a borrowing view of the
@@ -45,11 +52,41 @@ pub(crate) trait Versioned: DeserializeOwned {
 /// `Self::Value`'s current version.
 pub(crate) trait Encodes: Serialize {
     type Value: Versioned;
+
+    /// Appends the payload of `Self::Value`'s current version to `out`
+    /// (which holds the version byte): JSON, unless that version is binary
+    /// ([`to_binary`]).
+    fn encode_payload(&self, mut out: Vec<u8>) -> Result<Vec<u8>, String> {
+        serde_json::to_writer(&mut out, self).map_err(|e| e.to_string())?;
+        Ok(out)
+    }
 }
 
-/// Encodes `value` as `[current version][JSON]`.
+/// Encodes `value` as `[current version][payload]`.
 pub(crate) fn encode_stored<W: Encodes>(value: &W) -> Result<Vec<u8>, StoreError> {
-    encode_as(W::Value::VERSION, W::Value::WHAT, value)
+    value
+        .encode_payload(vec![W::Value::VERSION])
+        .map_err(|reason| StoreError::Encode {
+            what: W::Value::WHAT,
+            reason,
+        })
+}
+
+/// The binary payload of a type whose current version is binary: postcard
+/// (varint integers, length-prefixed strings and lists, no field names),
+/// appended to `out`.
+pub(crate) fn to_binary<T: Serialize + ?Sized>(value: &T, out: Vec<u8>) -> Result<Vec<u8>, String> {
+    postcard::to_extend(value, out).map_err(|e| e.to_string())
+}
+
+/// Reads a payload [`to_binary`] wrote. Bytes left over after the value are
+/// an error, as trailing text after JSON is.
+pub(crate) fn from_binary<T: DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
+    let (value, rest) = postcard::take_from_bytes(payload).map_err(|e| format!("bad binary record: {e}"))?;
+    if !rest.is_empty() {
+        return Err(format!("bad binary record: {} bytes after its end", rest.len()));
+    }
+    Ok(value)
 }
 
 /// Encodes `value` in format `version` of `W::Value`, an older one than
@@ -69,9 +106,7 @@ pub(crate) fn decode_stored<T: Versioned>(table: &'static str, key: &[u8], bytes
     };
     match bytes.split_first() {
         None => Err(corrupt("empty value".into())),
-        Some((&version, payload)) if version == T::VERSION => {
-            serde_json::from_slice(payload).map_err(|e| corrupt(format!("bad JSON: {e}")))
-        }
+        Some((&version, payload)) if version == T::VERSION => T::decode_current(payload).map_err(corrupt),
         Some((&version, payload)) if (FORMAT_JSON_V1..T::VERSION).contains(&version) => {
             T::upgrade(version, payload).map_err(corrupt)
         }

@@ -14,7 +14,7 @@
 //! |             | `outbox_next_seq`                      | `u64`, the next `outbox` key |
 //! |             | `audit_next_seq`                       | `u64`, the next `audit` / `audit_failed` key |
 //! |             | `audit_caps`                           | `[u64; 2]`, when set: the entries `audit` and `audit_failed` keep, instead of 100,000 and 10,000 |
-//! | `tasks`     | instance `\0` group                    | `TaskRecord` (`StoredTask`): a task's schedule, failures, breaker, dead-letter state |
+//! | `tasks`     | instance `\0` group                    | `TaskRecord` (`StoredTask`, format 2 binary): a task's schedule, failures, breaker, dead-letter state |
 //! | `instances` | instance name                          | `InstanceConfig` (`StoredInstance`) added from the UI or API (the config file's are not stored); its credentials sealed (`sealing`) |
 //! | `settings`  | `monitoring`                           | JSON patch over the file's monitoring settings |
 //! |             | `budgets`                              | JSON object: budget pools changed from the UI or API, by name |

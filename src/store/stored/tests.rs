@@ -18,26 +18,29 @@ use super::super::{
 };
 use super::instance::INSTANCE_SEALED_V2;
 use super::sink::SINK_SEALED_V2;
+use super::task::TASK_BINARY_V2;
 use super::*;
 use crate::model::*;
 
-/// A value as it sits in a table: its format version, then its JSON.
+/// A value as it sits in a table: its format version, then its payload
+/// (JSON, or binary where that version is binary).
 struct Fixture {
     version: u8,
-    json: &'static [u8],
+    payload: &'static [u8],
 }
 
 impl Fixture {
     fn bytes(&self) -> Vec<u8> {
         let mut out = vec![self.version];
-        out.extend_from_slice(self.json);
+        out.extend_from_slice(self.payload);
         out
     }
 }
 
+/// [`task`] in format 1 (JSON), as releases before format 2 wrote it.
 const TASK: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"last_attempt":1764480000000,"last_success":1764479990000,"last_change":1764470000000,"digest":1234567890123456789,"failures":5,"breaker":"half_open","retry_at":1764481800000,"backoff_delay_ms":40000,"next_run":1764481800001,"interval_ms":10000,"idle_streak":3,"dead_letter":{"reason":"permanent_failure","since":1764480000000,"next_recheck":1764481800000,"rechecks":1},"disabled":true,"last_error":{"category":"transient","kind":"rate_limited","message":"HTTP 429 Too Many Requests","status":429,"retry_after":"1m30s"},"failed_items":[{"item":"node-1","error":{"category":"permanent","kind":"invalid_credentials","message":"HTTP 401","status":401,"retry_after":null}}]}"#,
+    payload: br#"{"last_attempt":1764480000000,"last_success":1764479990000,"last_change":1764470000000,"digest":1234567890123456789,"failures":5,"breaker":"half_open","retry_at":1764481800000,"backoff_delay_ms":40000,"next_run":1764481800001,"interval_ms":10000,"idle_streak":3,"dead_letter":{"reason":"permanent_failure","since":1764480000000,"next_recheck":1764481800000,"rechecks":1},"disabled":true,"last_error":{"category":"transient","kind":"rate_limited","message":"HTTP 429 Too Many Requests","status":429,"retry_after":"1m30s"},"failed_items":[{"item":"node-1","error":{"category":"permanent","kind":"invalid_credentials","message":"HTTP 401","status":401,"retry_after":null}}]}"#,
 };
 
 fn task() -> TaskRecord {
@@ -77,10 +80,11 @@ fn task() -> TaskRecord {
     }
 }
 
-/// A fresh task: `failed_items` is left out when empty, and nothing else.
+/// A fresh task in format 1: `failed_items` was left out when empty, and
+/// nothing else.
 const TASK_FRESH: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"last_attempt":null,"last_success":null,"last_change":null,"digest":null,"failures":0,"breaker":"closed","retry_at":null,"backoff_delay_ms":0,"next_run":1000,"interval_ms":0,"idle_streak":0,"dead_letter":null,"disabled":false,"last_error":null}"#,
+    payload: br#"{"last_attempt":null,"last_success":null,"last_change":null,"digest":null,"failures":0,"breaker":"closed","retry_at":null,"backoff_delay_ms":0,"next_run":1000,"interval_ms":0,"idle_streak":0,"dead_letter":null,"disabled":false,"last_error":null}"#,
 };
 
 fn task_fresh() -> TaskRecord {
@@ -90,9 +94,42 @@ fn task_fresh() -> TaskRecord {
     }
 }
 
+/// [`task`] in format 2 (postcard): varints, one-byte enum codes, strings
+/// length-prefixed, fields in `TaskV2`'s order.
+const TASK_V2: Fixture = Fixture {
+    version: TASK_BINARY_V2,
+    payload: &[
+        1, 128, 192, 208, 153, 173, 51, // last_attempt: Some(1764480000000)
+        1, 240, 241, 207, 153, 173, 51, // last_success
+        1, 128, 147, 238, 148, 173, 51, // last_change
+        1, 149, 130, 166, 239, 199, 158, 132, 145, 17, // digest
+        5,  // failures
+        2,  // breaker: half_open
+        1, 192, 174, 190, 154, 173, 51, // retry_at
+        192, 184, 2, // backoff_delay_ms: 40000
+        193, 174, 190, 154, 173, 51, // next_run
+        144, 78, // interval_ms: 10000
+        3,  // idle_streak
+        1, 1, 128, 192, 208, 153, 173, 51, 192, 174, 190, 154, 173, 51,
+        1, // dead_letter: permanent_failure, since, next_recheck, rechecks
+        1, // disabled
+        1, 0, 4, 26, b'H', b'T', b'T', b'P', b' ', b'4', b'2', b'9', b' ', b'T', b'o', b'o', b' ', b'M', b'a', b'n',
+        b'y', b' ', b'R', b'e', b'q', b'u', b'e', b's', b't', b's', 1, 173, 3, 1, 90,
+        0, // last_error: transient, rate_limited, message, 429, 90 s
+        1, 6, b'n', b'o', b'd', b'e', b'-', b'1', 1, 8, 8, b'H', b'T', b'T', b'P', b' ', b'4', b'0', b'1', 1, 145, 3,
+        0, // failed_items: one, node-1, permanent, invalid_credentials, HTTP 401, 401, no retry_after
+    ],
+};
+
+/// [`task_fresh`] in format 2: 16 bytes (245 in format 1).
+const TASK_FRESH_V2: Fixture = Fixture {
+    version: TASK_BINARY_V2,
+    payload: &[0, 0, 0, 0, 0, 0, 0, 0, 232, 7, 0, 0, 0, 0, 0, 0],
+};
+
 const INSTANCE: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"name":"pve-1","type":"proxmox_ve","url":"https://pve.example:8006/","timeout":"2s500ms","budget":"lab","labels":{"site":"lab-1"},"enabled":false,"auth":{"kind":"pve_token","user":"monitor@pve","token_id":"pollster","secret":"s3cret"},"tls_verify":false,"tls_fingerprint":"ab:cd","max_response_bytes":1048576,"shape":{"nodes":3}}"#,
+    payload: br#"{"name":"pve-1","type":"proxmox_ve","url":"https://pve.example:8006/","timeout":"2s500ms","budget":"lab","labels":{"site":"lab-1"},"enabled":false,"auth":{"kind":"pve_token","user":"monitor@pve","token_id":"pollster","secret":"s3cret"},"tls_verify":false,"tls_fingerprint":"ab:cd","max_response_bytes":1048576,"shape":{"nodes":3}}"#,
 };
 
 fn instance() -> InstanceConfig {
@@ -190,12 +227,12 @@ const INSTANCE_AUTHS: [AuthFixture; 4] = [
 
 const INSTANCE_V2: Fixture = Fixture {
     version: INSTANCE_SEALED_V2,
-    json: br#"{"name":"pve-1","type":"proxmox_ve","url":"https://pve.example:8006/","timeout":"2s500ms","budget":"lab","labels":{"site":"lab-1"},"enabled":false,"auth":{"kind":"pve_token","user":"monitor@pve","token_id":"pollster","secret":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbU8EpOijeGbfpVnb3fuffskyNNaaVEY="},"tls_verify":false,"tls_fingerprint":"ab:cd","max_response_bytes":1048576,"shape":{"nodes":3}}"#,
+    payload: br#"{"name":"pve-1","type":"proxmox_ve","url":"https://pve.example:8006/","timeout":"2s500ms","budget":"lab","labels":{"site":"lab-1"},"enabled":false,"auth":{"kind":"pve_token","user":"monitor@pve","token_id":"pollster","secret":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbU8EpOijeGbfpVnb3fuffskyNNaaVEY="},"tls_verify":false,"tls_fingerprint":"ab:cd","max_response_bytes":1048576,"shape":{"nodes":3}}"#,
 };
 
 const INSTANCE_URL_V2: Fixture = Fixture {
     version: INSTANCE_SEALED_V2,
-    json: br#"{"name":"web-2","type":"http","url":"https://probe@web-2.example:8443/health","url_sealed":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbVRDs+q1NijKPFV7QfZsEfbToQ5SItFTq8du3OefS4dbc3WQtScnT68T/R3h7H6WHWotPxLx3SF3ZCNM8/GpSg==","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"none"},"tls_verify":true,"max_response_bytes":4194304}"#,
+    payload: br#"{"name":"web-2","type":"http","url":"https://probe@web-2.example:8443/health","url_sealed":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbVRDs+q1NijKPFV7QfZsEfbToQ5SItFTq8du3OefS4dbc3WQtScnT68T/R3h7H6WHWotPxLx3SF3ZCNM8/GpSg==","timeout":"10s","labels":{},"enabled":true,"auth":{"kind":"none"},"tls_verify":true,"max_response_bytes":4194304}"#,
 };
 
 const INSTANCE_AUTHS_V2: [AuthFixture; 3] = [
@@ -212,12 +249,12 @@ const INSTANCE_AUTHS_V2: [AuthFixture; 3] = [
 
 const SINK_V2: Fixture = Fixture {
     version: SINK_SEALED_V2,
-    json: br#"{"batch_size":500,"gzip":true,"headers":{"Authorization":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbX5SpuijfieWJUl/Duc5CvKYWLzN8jK/RNiVR8wEQkWAVQ==","X-Scope":"AdMlZDcXNfMsVHQ9xeJNKkE7FZWEwSJt9rvGWoDfYB0z0Bx6dysvWictKgE="},"url":"https://ship@logs.example/ingest","url_sealed":"AezPxMqozXtjx8tW/2bNYLWms7McHD81hVGlF9lo1wXlG2nz3kGoPexF7MP3sd6AVHY+hLa5hUp1kIQNyTszVEj8qmYm4W+BGiV1lWpiPEom"}"#,
+    payload: br#"{"batch_size":500,"gzip":true,"headers":{"Authorization":"AWEYMNNkGmj5SmkNzCXR9LDayUgyWsGPbX5SpuijfieWJUl/Duc5CvKYWLzN8jK/RNiVR8wEQkWAVQ==","X-Scope":"AdMlZDcXNfMsVHQ9xeJNKkE7FZWEwSJt9rvGWoDfYB0z0Bx6dysvWictKgE="},"url":"https://ship@logs.example/ingest","url_sealed":"AezPxMqozXtjx8tW/2bNYLWms7McHD81hVGlF9lo1wXlG2nz3kGoPexF7MP3sd6AVHY+hLa5hUp1kIQNyTszVEj8qmYm4W+BGiV1lWpiPEom"}"#,
 };
 
 const SETTINGS_DOC: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"adaptive":{"base_interval":"20s","enabled":false},"failure":{"backoff_jitter":0.1,"dead_letter_after":3},"scheduler":{"group_interval_overrides":{"pve/storage":"15m"},"target_utilization":0.55,"workers":4}}"#,
+    payload: br#"{"adaptive":{"base_interval":"20s","enabled":false},"failure":{"backoff_jitter":0.1,"dead_letter_after":3},"scheduler":{"group_interval_overrides":{"pve/storage":"15m"},"target_utilization":0.55,"workers":4}}"#,
 };
 
 fn settings_doc() -> serde_json::Value {
@@ -230,7 +267,7 @@ fn settings_doc() -> serde_json::Value {
 
 const USER: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"name":"admin","password_hash":"$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA","created":1764480000000,"updated":1764480060000}"#,
+    payload: br#"{"name":"admin","password_hash":"$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA","created":1764480000000,"updated":1764480060000}"#,
 };
 
 fn user() -> UserRecord {
@@ -244,7 +281,7 @@ fn user() -> UserRecord {
 
 const TOKEN: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"id":"0a1b2c3d","name":"grafana","created":1764480000000,"scope":"read"}"#,
+    payload: br#"{"id":"0a1b2c3d","name":"grafana","created":1764480000000,"scope":"read"}"#,
 };
 
 fn token() -> TokenInfo {
@@ -258,7 +295,7 @@ fn token() -> TokenInfo {
 
 const SESSION: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"expires":1764480000,"record":"{\"id\":\"\",\"data\":{},\"expiry_date\":[2026,1]}","user":"admin"}"#,
+    payload: br#"{"expires":1764480000,"record":"{\"id\":\"\",\"data\":{},\"expiry_date\":[2026,1]}","user":"admin"}"#,
 };
 
 fn session() -> SessionRow {
@@ -271,7 +308,7 @@ fn session() -> SessionRow {
 
 const ROLLUP: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"polls":120,"errors":3,"queue_depth":7,"dead_letter":1}"#,
+    payload: br#"{"polls":120,"errors":3,"queue_depth":7,"dead_letter":1}"#,
 };
 
 fn rollup() -> Rollup {
@@ -285,7 +322,7 @@ fn rollup() -> Rollup {
 
 const AIMD: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"configured_rps":8.0,"effective_rps":4.25,"last_decrease":1764480000000,"last_429":1764480001000,"last_429_rps":5.25,"held_rps":4.5,"probe_after":1764480300000,"recovery":{"kind":"fast","rps_per_minute":0.25,"until_rps":4.725},"at":1764480060000,"announced":{"over_budget":true,"shed":["net/inventory"]}}"#,
+    payload: br#"{"configured_rps":8.0,"effective_rps":4.25,"last_decrease":1764480000000,"last_429":1764480001000,"last_429_rps":5.25,"held_rps":4.5,"probe_after":1764480300000,"recovery":{"kind":"fast","rps_per_minute":0.25,"until_rps":4.725},"at":1764480060000,"announced":{"over_budget":true,"shed":["net/inventory"]}}"#,
 };
 
 fn aimd() -> crate::core::aimd::AimdState {
@@ -312,7 +349,7 @@ fn aimd() -> crate::core::aimd::AimdState {
 /// Saved before the level of the last 429 was kept: it decodes with none.
 const AIMD_WITHOUT_LEVEL: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"configured_rps":8.0,"effective_rps":4.25,"last_decrease":1764480000000,"last_429":1764480001000,"recovery":{"kind":"fast","rps_per_minute":1.6,"until_rps":7.2},"at":1764480060000}"#,
+    payload: br#"{"configured_rps":8.0,"effective_rps":4.25,"last_decrease":1764480000000,"last_429":1764480001000,"recovery":{"kind":"fast","rps_per_minute":1.6,"until_rps":7.2},"at":1764480060000}"#,
 };
 
 fn aimd_without_level() -> crate::core::aimd::AimdState {
@@ -335,7 +372,7 @@ fn aimd_without_level() -> crate::core::aimd::AimdState {
 
 const AIMD_ADDITIVE: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"configured_rps":10.0,"effective_rps":10.0,"recovery":{"kind":"additive"},"at":1764480060000}"#,
+    payload: br#"{"configured_rps":10.0,"effective_rps":10.0,"recovery":{"kind":"additive"},"at":1764480060000}"#,
 };
 
 fn aimd_additive() -> crate::core::aimd::AimdState {
@@ -355,7 +392,7 @@ fn aimd_additive() -> crate::core::aimd::AimdState {
 
 const OUTBOX_EVENT: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"id":"e-1","line":"{\"id\":\"e-1\",\"type\":\"dead_letter\"}\n"}"#,
+    payload: br#"{"id":"e-1","line":"{\"id\":\"e-1\",\"type\":\"dead_letter\"}\n"}"#,
 };
 
 fn outbox_event() -> OutboxEvent {
@@ -364,7 +401,7 @@ fn outbox_event() -> OutboxEvent {
 
 const AUDIT_ENTRY: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"time":1764480000000,"source":"10.0.0.5","line":"{\"kind\":\"operator\",\"action\":\"login\"}"}"#,
+    payload: br#"{"time":1764480000000,"source":"10.0.0.5","line":"{\"kind\":\"operator\",\"action\":\"login\"}"}"#,
 };
 
 fn audit_entry() -> crate::store::AuditEntry {
@@ -378,7 +415,7 @@ fn audit_entry() -> crate::store::AuditEntry {
 
 const VALUES: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"polled_at":1764480000000,"stale_after":"2m","rules":"00ff00ff00ff00ff","samples":[{"metric":"pve_up","labels":[["id","qemu/100"]],"value":1.0},{"metric":"pve_cpu_usage_ratio","labels":[],"value":0.25}]}"#,
+    payload: br#"{"polled_at":1764480000000,"stale_after":"2m","rules":"00ff00ff00ff00ff","samples":[{"metric":"pve_up","labels":[["id","qemu/100"]],"value":1.0},{"metric":"pve_cpu_usage_ratio","labels":[],"value":0.25}]}"#,
 };
 
 fn values() -> TaskValues {
@@ -438,7 +475,7 @@ const BODIES: [BodyFixture; 3] = [
 /// version to refuse a newer file).
 const META_NUMBER: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: b"42",
+    payload: b"42",
 };
 
 /// The outbox's next sequence after one row.
@@ -474,12 +511,20 @@ where
 #[test]
 fn every_value_decodes_from_and_encodes_to_todays_bytes() {
     use super::super::records::{decode_instance, decode_instance_with, decode_sink, decode_task, encode_task};
-    check("task", &TASK, &task(), encode_task, |b| {
+    check("task", &TASK_V2, &task(), encode_task, |b| {
         decode_task(b"pve-1\0nodes", b).map(|(_, r)| r)
     });
-    check("fresh task", &TASK_FRESH, &task_fresh(), encode_task, |b| {
+    check("fresh task", &TASK_FRESH_V2, &task_fresh(), encode_task, |b| {
         decode_task(b"web-1\0probe", b).map(|(_, r)| r)
     });
+    // Format 1 (JSON), as releases before format 2 wrote them: still read.
+    for (what, fixture, want, key) in [
+        ("task format 1", &TASK, task(), b"pve-1\0nodes"),
+        ("fresh task format 1", &TASK_FRESH, task_fresh(), b"web-1\0probe"),
+    ] {
+        let got = decode_task(key, &fixture.bytes()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(got.1, want, "{what}");
+    }
     // Format 1 (credentials in plaintext, as older releases wrote them)
     // still reads; it is never written again outside a backup.
     let v1 = |b: &[u8]| codec::decode_stored::<StoredInstance>("instances", b"k", b);
@@ -490,7 +535,7 @@ fn every_value_decodes_from_and_encodes_to_todays_bytes() {
     for (json, auth) in INSTANCE_AUTHS {
         let fixture = Fixture {
             version: FORMAT_JSON_V1,
-            json,
+            payload: json,
         };
         check("instance auth format 1", &fixture, &instance_with(auth()), plain, |b| {
             decode_instance(b"web-1", b)
@@ -516,7 +561,7 @@ fn every_value_decodes_from_and_encodes_to_todays_bytes() {
     for (json, auth) in INSTANCE_AUTHS_V2 {
         let fixture = Fixture {
             version: INSTANCE_SEALED_V2,
-            json,
+            payload: json,
         };
         check(
             "sealed instance auth",
@@ -607,7 +652,7 @@ fn every_value_decodes_from_and_encodes_to_todays_bytes() {
             "body",
             &Fixture {
                 version: FORMAT_JSON_V1,
-                json,
+                payload: json,
             },
             &body(),
             |b| codec::encode_stored(&StoredBodyRef::from(b)),
@@ -727,7 +772,8 @@ fn a_file_with_todays_bytes_reads_through_the_store_and_is_written_back_the_same
     store.put_rollup(1_764_480_000, &rollup(), 0).expect("rollup");
     store.delete_outbox(&[1]).expect("delete");
     store.append_outbox(&[outbox_event()]).expect("outbox");
-    assert_eq!(get_raw(&store, TASKS, task_key), TASK.bytes());
+    // A task read in format 1 is written in format 2.
+    assert_eq!(get_raw(&store, TASKS, task_key), TASK_V2.bytes());
     // Sealed with a fresh nonce each time: the same value, not the same bytes.
     let written = get_raw(&store, INSTANCES, b"pve-1");
     assert_eq!(written[0], INSTANCE_SEALED_V2);
@@ -761,62 +807,71 @@ fn a_file_with_todays_bytes_reads_through_the_store_and_is_written_back_the_same
 #[test]
 fn every_enum_value_has_its_fixed_name() {
     use super::super::records::{decode_task, encode_task};
+    use super::task::{breaker_code, category_code, kind_code, reason_code};
+    // Each value: its format-1 name and its format-2 code.
     let kinds = [
-        (ErrorKind::Timeout, "timeout"),
-        (ErrorKind::Connect, "connect"),
-        (ErrorKind::Dns, "dns"),
-        (ErrorKind::Http, "http"),
-        (ErrorKind::RateLimited, "rate_limited"),
-        (ErrorKind::Tls, "tls"),
-        (ErrorKind::Body, "body"),
-        (ErrorKind::InvalidUrl, "invalid_url"),
-        (ErrorKind::InvalidCredentials, "invalid_credentials"),
-        (ErrorKind::Other, "other"),
+        (ErrorKind::Timeout, "timeout", 0),
+        (ErrorKind::Connect, "connect", 1),
+        (ErrorKind::Dns, "dns", 2),
+        (ErrorKind::Http, "http", 3),
+        (ErrorKind::RateLimited, "rate_limited", 4),
+        (ErrorKind::Tls, "tls", 5),
+        (ErrorKind::Body, "body", 6),
+        (ErrorKind::InvalidUrl, "invalid_url", 7),
+        (ErrorKind::InvalidCredentials, "invalid_credentials", 8),
+        (ErrorKind::Other, "other", 9),
     ];
     let breakers = [
-        (BreakerState::Closed, "closed"),
-        (BreakerState::Open, "open"),
-        (BreakerState::HalfOpen, "half_open"),
+        (BreakerState::Closed, "closed", 0),
+        (BreakerState::Open, "open", 1),
+        (BreakerState::HalfOpen, "half_open", 2),
     ];
     let reasons = [
-        (DeadLetterReason::MaxRetryAttempts, "max_retry_attempts"),
-        (DeadLetterReason::PermanentFailure, "permanent_failure"),
+        (DeadLetterReason::MaxRetryAttempts, "max_retry_attempts", 0),
+        (DeadLetterReason::PermanentFailure, "permanent_failure", 1),
     ];
     let categories = [
-        (ErrorCategory::Transient, "transient"),
-        (ErrorCategory::Permanent, "permanent"),
+        (ErrorCategory::Transient, "transient", 0),
+        (ErrorCategory::Permanent, "permanent", 1),
     ];
+    // (record, its format-1 JSON, the code format 2 writes, the code)
     let mut records = Vec::new();
-    for (kind, name) in kinds {
+    for (kind, name, code) in kinds {
         let error = PollError::new(ErrorCategory::Transient, kind, "m");
         records.push((
             TaskRecord {
                 last_error: Some(error),
                 ..TaskRecord::default()
             },
-            format!(r#""kind":"{name}""#),
+            format!(r#"{{"last_error":{{"category":"transient","kind":"{name}","message":"m","status":null}}}}"#),
+            kind_code(kind),
+            code,
         ));
     }
-    for (category, name) in categories {
+    for (category, name, code) in categories {
         let error = PollError::new(category, ErrorKind::Other, "m");
         records.push((
             TaskRecord {
                 last_error: Some(error),
                 ..TaskRecord::default()
             },
-            format!(r#""category":"{name}""#),
+            format!(r#"{{"last_error":{{"category":"{name}","kind":"other","message":"m","status":null}}}}"#),
+            category_code(category),
+            code,
         ));
     }
-    for (breaker, name) in breakers {
+    for (breaker, name, code) in breakers {
         records.push((
             TaskRecord {
                 breaker,
                 ..TaskRecord::default()
             },
-            format!(r#""breaker":"{name}""#),
+            format!(r#"{{"breaker":"{name}"}}"#),
+            breaker_code(breaker),
+            code,
         ));
     }
-    for (reason, name) in reasons {
+    for (reason, name, code) in reasons {
         let dead_letter = DeadLetterRecord {
             reason,
             ..DeadLetterRecord::default()
@@ -826,15 +881,35 @@ fn every_enum_value_has_its_fixed_name() {
                 dead_letter: Some(dead_letter),
                 ..TaskRecord::default()
             },
-            format!(r#""reason":"{name}""#),
+            format!(r#"{{"dead_letter":{{"reason":"{name}"}}}}"#),
+            reason_code(reason),
+            code,
         ));
     }
-    for (record, needle) in records {
+    for (record, v1, written, code) in records {
+        assert_eq!(written, code, "{record:?}");
         let bytes = encode_task(&record).expect("encode");
-        let text = String::from_utf8_lossy(&bytes);
-        assert!(text.contains(&needle), "{needle} not in {text}");
         assert_eq!(decode_task(b"i\0g", &bytes).expect("decode").1, record);
+        let mut old = vec![FORMAT_JSON_V1];
+        old.extend_from_slice(v1.as_bytes());
+        assert_eq!(decode_task(b"i\0g", &old).expect(&v1).1, record, "{v1}");
     }
+    // Every cut of a format-2 record, and one with a byte after its end,
+    // is a corrupt record naming the table and key.
+    let full = TASK_V2.bytes();
+    for cut in 1..full.len() {
+        let err = decode_task(b"i\0g", &full[..cut]).expect_err("a cut record");
+        assert!(matches!(err, StoreError::Corrupt { table: "tasks", .. }), "{err}");
+    }
+    let mut long = full.clone();
+    long.push(0);
+    let err = decode_task(b"i\0g", &long).expect_err("a byte after the end");
+    assert!(err.to_string().contains("1 bytes after its end"), "{err}");
+    // A code no release wrote is a corrupt record, not a default.
+    let mut bytes = encode_task(&TaskRecord::default()).expect("encode");
+    bytes[6] = 3; // the breaker, after the version byte and four `None`s and `failures`
+    let err = decode_task(b"i\0g", &bytes).expect_err("unknown breaker code");
+    assert!(err.to_string().contains("unknown breaker state code 3"), "{err}");
     for (scope, name) in [(TokenScope::Read, "read"), (TokenScope::Admin, "admin")] {
         let info = TokenInfo { scope, ..token() };
         let bytes = codec::encode_stored(&StoredToken::from(&info)).expect("encode");
@@ -891,12 +966,12 @@ fn unknown_fields_are_refused_in_an_instance_and_ignored_in_a_task() {
 
 const MAINTENANCE_ONCE: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"id":"01KBW0000000000000000000AC","target":{"kind":"instances","names":["pve-1","pve-2"]},"schedule":{"kind":"once","start":1764480000000,"end":1764487200000},"reason":"PVE 9 upgrade","created":1764479000000,"created_by":"user:admin","open_since":1764480000000}"#,
+    payload: br#"{"id":"01KBW0000000000000000000AC","target":{"kind":"instances","names":["pve-1","pve-2"]},"schedule":{"kind":"once","start":1764480000000,"end":1764487200000},"reason":"PVE 9 upgrade","created":1764479000000,"created_by":"user:admin","open_since":1764480000000}"#,
 };
 
 const MAINTENANCE_WEEKLY: Fixture = Fixture {
     version: FORMAT_JSON_V1,
-    json: br#"{"id":"01KBW0000000000000000000AD","target":{"kind":"type","name":"pbs"},"schedule":{"kind":"weekly","days":["mon","sun"],"at":"02:30","duration":"1h30m","timezone":"Europe/Berlin"},"reason":"","created":1764479000000,"created_by":"token:ci(0a0b0c0d)"}"#,
+    payload: br#"{"id":"01KBW0000000000000000000AD","target":{"kind":"type","name":"pbs"},"schedule":{"kind":"weekly","days":["mon","sun"],"at":"02:30","duration":"1h30m","timezone":"Europe/Berlin"},"reason":"","created":1764479000000,"created_by":"token:ci(0a0b0c0d)"}"#,
 };
 
 fn maintenance_once() -> crate::core::maintenance::MaintenanceWindow {
