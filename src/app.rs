@@ -272,11 +272,15 @@ impl Application {
                 tracing::warn!(instance = %i.name, "an instance saved from the UI has the name of one in the config file; the config file wins");
                 continue;
             }
-            if let Err(e) = i.validate_fields().and_then(|_| catalog.check_references(&i)) {
-                tracing::warn!(instance = %i.name, error = %e, "not polling a saved instance that no longer fits the configuration");
-                continue;
+            match i
+                .validate_fields_parsed()
+                .and_then(|url| catalog.check_references(&i).map(|_| url))
+            {
+                Ok(url) => catalog.insert_parsed(i, url, false),
+                Err(e) => {
+                    tracing::warn!(instance = %i.name, error = %e, "not polling a saved instance that no longer fits the configuration");
+                }
             }
-            catalog.insert(i, false);
         }
 
         if let Err(message) = crate::core::plan::gate(&catalog, &Default::default(), &settings.scheduler) {

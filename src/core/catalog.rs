@@ -193,10 +193,21 @@ impl Catalog {
     }
 
     pub fn insert(&mut self, config: InstanceConfig, provisioned: bool) {
+        let base_url = BaseUrl::parse(&config.url).ok();
+        self.put(config, base_url, provisioned);
+    }
+
+    /// [`Catalog::insert`] with the URL already parsed (by
+    /// [`InstanceConfig::validate_fields_parsed`]).
+    pub fn insert_parsed(&mut self, config: InstanceConfig, base_url: BaseUrl, provisioned: bool) {
+        self.put(config, Some(base_url), provisioned);
+    }
+
+    fn put(&mut self, config: InstanceConfig, base_url: Option<BaseUrl>, provisioned: bool) {
         self.instances.insert(
             config.name.to_string(),
             InstanceEntry {
-                base_url: BaseUrl::parse(&config.url).ok().map(Arc::new),
+                base_url: base_url.map(Arc::new),
                 config: Arc::new(config),
                 provisioned,
             },

@@ -76,6 +76,13 @@ impl TaskQueue {
         self.slots.get(key).map(|&i| &self.heap[i])
     }
 
+    /// Room for `additional` more entries, so placing a whole fleet does
+    /// not grow (and rehash) the queue step by step.
+    pub fn reserve(&mut self, additional: usize) {
+        self.heap.reserve(additional);
+        self.slots.reserve(additional);
+    }
+
     /// Insert, or move an already queued task to its new place.
     pub fn upsert(&mut self, entry: QueueEntry) {
         if let Some(&i) = self.slots.get(&entry.key) {

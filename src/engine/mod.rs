@@ -415,6 +415,7 @@ impl Shared {
             }
             drop(keep);
             let tasks: std::collections::HashSet<TaskKey> = desired.iter().map(|(k, _)| k.clone()).collect();
+            s.reserve(desired.len());
             for (k, meta) in desired {
                 let rec = stored.remove(&k);
                 s.place(k, meta, rec, now, cold_start);

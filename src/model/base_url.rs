@@ -22,6 +22,13 @@ impl BaseUrl {
         Ok(BaseUrl(url))
     }
 
+    /// A URL already checked to be `http` or `https` with a host (by
+    /// `InstanceConfig::validate_fields_parsed`).
+    pub(crate) fn checked(url: url::Url) -> BaseUrl {
+        debug_assert!(matches!(url.scheme(), "http" | "https") && url.host_str().is_some());
+        BaseUrl(url)
+    }
+
     pub fn as_url(&self) -> &url::Url {
         &self.0
     }

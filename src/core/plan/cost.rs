@@ -8,6 +8,11 @@ use std::time::Duration;
 
 /// Pins by `type/group`.
 pub fn pin_of(s: &SchedulerSettings, type_name: &str, group: &str) -> Option<Duration> {
+    // Asked for every task of every re-plan: no key is built when nothing
+    // is pinned (the usual case).
+    if s.group_interval_overrides.is_empty() {
+        return None;
+    }
     s.group_interval_overrides.get(&format!("{type_name}/{group}")).copied()
 }
 

@@ -158,6 +158,15 @@ impl Scheduler {
         self.deleted.push(key);
     }
 
+    /// Room for `count` tasks in all (a re-plan about to place them), so a
+    /// start with 100,000 does not rehash the task map and the queue as they
+    /// grow.
+    pub fn reserve(&mut self, count: usize) {
+        let more = count.saturating_sub(self.tasks.len());
+        self.tasks.reserve(more);
+        self.queue.reserve(more);
+    }
+
     /// Put a task on the schedule. With a stored record it resumes its cadence
     /// (an overdue one is spread over its phase window rather than fired with
     /// every other overdue task); without one it starts `now` on a cold start
