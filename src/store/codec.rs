@@ -75,8 +75,19 @@ pub(crate) fn encode_stored<W: Encodes>(value: &W) -> Result<Vec<u8>, StoreError
 /// The binary payload of a type whose current version is binary: postcard
 /// (varint integers, length-prefixed strings and lists, no field names),
 /// appended to `out`.
-pub(crate) fn to_binary<T: Serialize + ?Sized>(value: &T, out: Vec<u8>) -> Result<Vec<u8>, String> {
-    postcard::to_extend(value, out).map_err(|e| e.to_string())
+pub(crate) fn to_binary<T: Serialize + ?Sized>(value: &T, mut out: Vec<u8>) -> Result<Vec<u8>, String> {
+    // Into a buffer on the stack first: postcard writes byte by byte, and
+    // into a slice that is a store, not a `Vec` push. A value that does not
+    // fit (a task with long failed-item messages) goes to the heap.
+    let mut buf = [0u8; 512];
+    match postcard::to_slice(value, &mut buf) {
+        Ok(bytes) => out.extend_from_slice(bytes),
+        Err(postcard::Error::SerializeBufferFull) => {
+            out.extend_from_slice(&postcard::to_allocvec(value).map_err(|e| e.to_string())?)
+        }
+        Err(e) => return Err(e.to_string()),
+    }
+    Ok(out)
 }
 
 /// Reads a payload [`to_binary`] wrote. Bytes left over after the value are

@@ -905,6 +905,20 @@ fn every_enum_value_has_its_fixed_name() {
     long.push(0);
     let err = decode_task(b"i\0g", &long).expect_err("a byte after the end");
     assert!(err.to_string().contains("1 bytes after its end"), "{err}");
+    // A record larger than the encoder's stack buffer (20 failed items
+    // with long messages) is written whole and reads back the same.
+    let big = TaskRecord {
+        failed_items: (0..20)
+            .map(|i| FailedItem {
+                item: format!("node-{i}"),
+                error: PollError::new(ErrorCategory::Transient, ErrorKind::Http, "x".repeat(200)),
+            })
+            .collect(),
+        ..task()
+    };
+    let bytes = encode_task(&big).expect("encode");
+    assert!(bytes.len() > 4_000, "{}", bytes.len());
+    assert_eq!(decode_task(b"i\0g", &bytes).expect("decode").1, big);
     // A code no release wrote is a corrupt record, not a default.
     let mut bytes = encode_task(&TaskRecord::default()).expect("encode");
     bytes[6] = 3; // the breaker, after the version byte and four `None`s and `failures`
