@@ -33,28 +33,8 @@ warmup=${3:-20}
 window=${4:-20}
 clients=${5:-pollster,floor}
 bin=${BIN:-target/release}
-dir=$(mktemp -d)
-fleet_pid=
-client_pid=
-cleanup() {
-  [ -n "$client_pid" ] && kill "$client_pid" 2>/dev/null || true
-  [ -n "$fleet_pid" ] && kill "$fleet_pid" 2>/dev/null || true
-  wait 2>/dev/null || true
-  if [ -n "${KEEP:-}" ]; then echo "kept: $dir" >&2; else rm -rf "$dir"; fi
-}
-trap cleanup EXIT
-
-"$bin/pollster-fleet" --count "$n" --mix healthy=100 --bind 127.0.0.1:0 --threads 1 --body prometheus 2>"$dir/fleet.log" &
-fleet_pid=$!
-addr=
-for _ in $(seq 100); do
-  addr=$(sed -n 's|^listening on http://||p' "$dir/fleet.log" | head -1)
-  [ -n "$addr" ] && break
-  sleep 0.1
-done
-[ -n "$addr" ] || { echo "the fleet did not start" >&2; exit 1; }
-hits() { curl -sf "http://$addr/_control/stats" | sed -n 's/.*"total_hits":\([0-9]*\).*/\1/p'; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=bench/fleet.sh
+. bench/fleet.sh prometheus
 
 # The inclusive instructions of function $2 (its full path, which ends the
 # line, optionally followed by its object) in dump $1: the largest of its
@@ -74,16 +54,7 @@ for client in ${clients//,/ }; do
   case "$client" in
     pollster)
       cfg="$run/pollster.toml"
-      {
-        printf '[server]\nlisten = "127.0.0.1:%s"\nmetrics_listen = "127.0.0.1:%s"\ndata_dir = "%s/data"\n\n' \
-          "$(port)" "$(port)" "$run"
-        printf '[adaptive]\nenabled = false\n\n[scheduler]\nworkers = 64\n\n'
-        printf '[[types]]\nname = "bench"\n[[types.groups]]\nname = "probe"\npriority = 1\nfloor = "%s"\n' "$interval"
-        for i in $(seq 0 $((n - 1))); do
-          name=$(printf 'inst-%04d' "$i")
-          printf '\n[[instances]]\nname = "%s"\ntype = "bench"\nurl = "http://%s/i/%s"\ntimeout = "5s"\n' "$name" "$addr" "$name"
-        done
-      } >"$cfg"
+      pollster_config "$run" "$interval" >"$cfg"
       RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" \
         "$bin/pollster" serve --config "$cfg" >/dev/null 2>"$run/valgrind.log" &
       ;;
@@ -98,19 +69,7 @@ for client in ${clients//,/ }; do
       ;;
   esac
   client_pid=$!
-  sleep "$warmup"
-  callgrind_control -z "$client_pid" >/dev/null 2>&1
-  h0=$(hits)
-  sleep "$window"
-  h1=$(hits)
-  callgrind_control -d "$client_pid" >/dev/null 2>&1
-  kill "$client_pid"
-  wait "$client_pid" 2>/dev/null || true
-  client_pid=
-  # The dump after zeroing holds the window's instructions.
-  dump=$(ls "$run"/cg.out.* | sort | tail -1)
-  ir=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$dump" | head -1)
-  polls=$((h1 - h0))
+  measure "$run"
   if [ "$client" = pollster ]; then
     loop='pollster::engine::loops::dispatch_loop::\{\{closure\}\}'
     parts="$(per_poll "$dump" "$loop::\\{\\{closure\\}\\}" "$polls") | $(per_poll "$dump" "$loop" "$polls") | \

@@ -74,8 +74,8 @@ pub mod fuzzing {
 /// holds them, for the cluster's gossip (`crate::cluster`): members of two
 /// releases read each other as a newer release reads an older file.
 pub mod wire {
-    use super::codec::{decode_stored, encode_stored};
-    use super::stored::{StoredAimd, StoredTask, StoredTaskRef};
+    use super::codec::decode_stored;
+    use super::stored::{StoredAimd, StoredTask};
     use crate::core::aimd::AimdState;
     use crate::model::{TaskKey, TaskRecord};
 
@@ -88,11 +88,14 @@ pub mod wire {
         serde_json::from_str::<StoredAimd>(text).ok().map(AimdState::from)
     }
 
-    /// A task's key and record as the `tasks` table's row (`None` for a key
-    /// the table cannot hold).
+    /// A task's key and record as a `tasks` table row (`None` for a key
+    /// the table cannot hold). The record is in format 1 (JSON), which the
+    /// release before format 2 reads too: a member publishes what every
+    /// member of a rolling upgrade can adopt. [`task_from_bytes`] reads
+    /// both formats.
     pub fn task_to_bytes(key: &TaskKey, record: &TaskRecord) -> Option<(Vec<u8>, Vec<u8>)> {
         let k = super::tables::task_key(key).ok()?;
-        let v = encode_stored(&StoredTaskRef::from(record)).ok()?;
+        let v = super::stored::encode_task_v1(record).ok()?;
         Some((k, v))
     }
 

@@ -9,7 +9,9 @@
 //! A type read back is owned (`StoredTask`); a type written on the hot path
 //! has a borrowing twin (`StoredTaskRef<'a>`), so the group commit writes a
 //! record without copying it. Durations are text (`10s`, `250ms`) as
-//! `model::duration_str` writes and reads them, the fixtures included.
+//! `model::duration_str` writes and reads them, the fixtures included,
+//! except in the binary task record (format 2), which holds them as serde's
+//! seconds and nanoseconds.
 
 mod aimd;
 mod audit;
@@ -30,7 +32,7 @@ pub(crate) use instance::StoredInstance;
 pub(crate) use latest::{StoredBody, StoredBodyRef, StoredValues, StoredValuesRef};
 pub(crate) use maintenance::StoredMaintenance;
 pub(crate) use sink::StoredSink;
-pub(crate) use task::{StoredTask, StoredTaskRef};
+pub(crate) use task::{StoredTask, StoredTaskRef, encode_v1 as encode_task_v1};
 pub(crate) use values::{
     StoredOutboxEvent, StoredOutboxEventRef, StoredRollup, StoredSession, StoredSettings, StoredSettingsRef,
     StoredToken, StoredUser,

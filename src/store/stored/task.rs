@@ -3,7 +3,8 @@
 //! 100,000 of them, at a restart, so it is written in format 2, compact
 //! binary (postcard: varint numbers, length-prefixed text), from a
 //! borrowing view of the record. Format 1 (JSON), which releases before it
-//! wrote, is still read and upgraded ([`Versioned::upgrade`]).
+//! wrote, is still read and upgraded ([`Versioned::upgrade`]), and still
+//! written for the cluster's gossip ([`encode_v1`]).
 //!
 //! Enums are one-byte codes fixed here ([`breaker_code`] and its kin), not
 //! serde variant indexes, so reordering a domain enum cannot change a file.
@@ -11,7 +12,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::super::codec::{self, Encodes, FORMAT_JSON_V1, Versioned};
 use crate::model::{
@@ -360,7 +361,7 @@ impl From<TaskV1> for TaskRecord {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 enum StoredBreaker {
     #[default]
     #[serde(rename = "closed")]
@@ -382,7 +383,7 @@ impl From<StoredBreaker> for BreakerState {
 }
 
 /// The dead-letter state: small and all numbers, so written by value.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 struct StoredDeadLetter {
     #[serde(rename = "reason")]
@@ -409,7 +410,7 @@ impl From<StoredDeadLetter> for DeadLetterRecord {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 enum StoredDeadLetterReason {
     #[default]
     #[serde(rename = "max_retry_attempts")]
@@ -418,7 +419,7 @@ enum StoredDeadLetterReason {
     PermanentFailure,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 enum StoredErrorCategory {
     #[serde(rename = "transient")]
     Transient,
@@ -435,7 +436,7 @@ impl From<StoredErrorCategory> for ErrorCategory {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 enum StoredErrorKind {
     #[serde(rename = "timeout")]
     Timeout,
@@ -517,5 +518,178 @@ impl From<StoredFailedItem> for FailedItem {
             item: f.item,
             error: f.error.into(),
         }
+    }
+}
+
+// Format 1's writer. The database no longer writes it; the cluster's
+// gossip does (`store::wire`), so that members of the release before
+// format 2 still read the task records a member publishes during a
+// rolling upgrade.
+
+/// A task record in format 1: `[1]` and its JSON.
+pub(crate) fn encode_v1(record: &TaskRecord) -> Result<Vec<u8>, String> {
+    let mut out = vec![FORMAT_JSON_V1];
+    serde_json::to_writer(&mut out, &TaskV1Ref::from(record)).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// A task record as format 1 wrote it: the same fields, in the same order, as
+/// [`TaskV1`] reads; `failed_items` is left out when empty.
+#[derive(Debug, Serialize)]
+struct TaskV1Ref<'a> {
+    #[serde(rename = "last_attempt")]
+    last_attempt: Option<u64>,
+    #[serde(rename = "last_success")]
+    last_success: Option<u64>,
+    #[serde(rename = "last_change")]
+    last_change: Option<u64>,
+    #[serde(rename = "digest")]
+    digest: Option<u64>,
+    #[serde(rename = "failures")]
+    failures: u32,
+    #[serde(rename = "breaker")]
+    breaker: StoredBreaker,
+    #[serde(rename = "retry_at")]
+    retry_at: Option<u64>,
+    #[serde(rename = "backoff_delay_ms")]
+    backoff_delay_ms: u64,
+    #[serde(rename = "next_run")]
+    next_run: u64,
+    #[serde(rename = "interval_ms")]
+    interval_ms: u64,
+    #[serde(rename = "idle_streak")]
+    idle_streak: u32,
+    #[serde(rename = "dead_letter")]
+    dead_letter: Option<StoredDeadLetter>,
+    #[serde(rename = "disabled")]
+    disabled: bool,
+    #[serde(rename = "last_error")]
+    last_error: Option<StoredPollErrorRef<'a>>,
+    #[serde(rename = "failed_items", skip_serializing_if = "FailedItemsRef::is_empty")]
+    failed_items: FailedItemsRef<'a>,
+}
+
+impl<'a> From<&'a TaskRecord> for TaskV1Ref<'a> {
+    fn from(r: &'a TaskRecord) -> Self {
+        TaskV1Ref {
+            last_attempt: r.last_attempt.map(|t| t.0),
+            last_success: r.last_success.map(|t| t.0),
+            last_change: r.last_change.map(|t| t.0),
+            digest: r.digest,
+            failures: r.failures,
+            breaker: r.breaker.into(),
+            retry_at: r.retry_at.map(|t| t.0),
+            backoff_delay_ms: r.backoff_delay_ms,
+            next_run: r.next_run.0,
+            interval_ms: r.interval_ms,
+            idle_streak: r.idle_streak,
+            dead_letter: r.dead_letter.as_ref().map(StoredDeadLetter::from),
+            disabled: r.disabled,
+            last_error: r.last_error.as_ref().map(StoredPollErrorRef::from),
+            failed_items: FailedItemsRef(&r.failed_items),
+        }
+    }
+}
+
+impl From<BreakerState> for StoredBreaker {
+    fn from(b: BreakerState) -> Self {
+        match b {
+            BreakerState::Closed => StoredBreaker::Closed,
+            BreakerState::Open => StoredBreaker::Open,
+            BreakerState::HalfOpen => StoredBreaker::HalfOpen,
+        }
+    }
+}
+
+impl From<&DeadLetterRecord> for StoredDeadLetter {
+    fn from(d: &DeadLetterRecord) -> Self {
+        StoredDeadLetter {
+            reason: match d.reason {
+                DeadLetterReason::MaxRetryAttempts => StoredDeadLetterReason::MaxRetryAttempts,
+                DeadLetterReason::PermanentFailure => StoredDeadLetterReason::PermanentFailure,
+            },
+            since: d.since.0,
+            next_recheck: d.next_recheck.0,
+            rechecks: d.rechecks,
+        }
+    }
+}
+
+impl From<ErrorCategory> for StoredErrorCategory {
+    fn from(c: ErrorCategory) -> Self {
+        match c {
+            ErrorCategory::Transient => StoredErrorCategory::Transient,
+            ErrorCategory::Permanent => StoredErrorCategory::Permanent,
+        }
+    }
+}
+
+impl From<ErrorKind> for StoredErrorKind {
+    fn from(k: ErrorKind) -> Self {
+        match k {
+            ErrorKind::Timeout => StoredErrorKind::Timeout,
+            ErrorKind::Connect => StoredErrorKind::Connect,
+            ErrorKind::Dns => StoredErrorKind::Dns,
+            ErrorKind::Http => StoredErrorKind::Http,
+            ErrorKind::RateLimited => StoredErrorKind::RateLimited,
+            ErrorKind::Tls => StoredErrorKind::Tls,
+            ErrorKind::Body => StoredErrorKind::Body,
+            ErrorKind::InvalidUrl => StoredErrorKind::InvalidUrl,
+            ErrorKind::InvalidCredentials => StoredErrorKind::InvalidCredentials,
+            ErrorKind::Other => StoredErrorKind::Other,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct StoredPollErrorRef<'a> {
+    #[serde(rename = "category")]
+    category: StoredErrorCategory,
+    #[serde(rename = "kind")]
+    kind: StoredErrorKind,
+    #[serde(rename = "message")]
+    message: &'a str,
+    #[serde(rename = "status")]
+    status: Option<u16>,
+    #[serde(rename = "retry_after", with = "duration_str::option")]
+    retry_after: Option<Duration>,
+}
+
+impl<'a> From<&'a PollError> for StoredPollErrorRef<'a> {
+    fn from(e: &'a PollError) -> Self {
+        StoredPollErrorRef {
+            category: e.category.into(),
+            kind: e.kind.into(),
+            message: &e.message,
+            status: e.status,
+            retry_after: e.retry_after,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct StoredFailedItemRef<'a> {
+    #[serde(rename = "item")]
+    item: &'a str,
+    #[serde(rename = "error")]
+    error: StoredPollErrorRef<'a>,
+}
+
+/// The failed items, written straight from the record's list.
+#[derive(Debug)]
+struct FailedItemsRef<'a>(&'a [FailedItem]);
+
+impl FailedItemsRef<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for FailedItemsRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|f| StoredFailedItemRef {
+            item: &f.item,
+            error: StoredPollErrorRef::from(&f.error),
+        }))
     }
 }

@@ -517,14 +517,25 @@ fn every_value_decodes_from_and_encodes_to_todays_bytes() {
     check("fresh task", &TASK_FRESH_V2, &task_fresh(), encode_task, |b| {
         decode_task(b"web-1\0probe", b).map(|(_, r)| r)
     });
-    // Format 1 (JSON), as releases before format 2 wrote them: still read.
-    for (what, fixture, want, key) in [
-        ("task format 1", &TASK, task(), b"pve-1\0nodes"),
-        ("fresh task format 1", &TASK_FRESH, task_fresh(), b"web-1\0probe"),
-    ] {
-        let got = decode_task(key, &fixture.bytes()).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(got.1, want, "{what}");
-    }
+    // Format 1 (JSON), as releases before format 2 wrote them: still read,
+    // and still written exactly so for the cluster's gossip.
+    let v1 = |r: &TaskRecord| super::encode_task_v1(r).map_err(|reason| StoreError::Encode { what: "task", reason });
+    check("task format 1", &TASK, &task(), v1, |b| {
+        decode_task(b"pve-1\0nodes", b).map(|(_, r)| r)
+    });
+    check("fresh task format 1", &TASK_FRESH, &task_fresh(), v1, |b| {
+        decode_task(b"web-1\0probe", b).map(|(_, r)| r)
+    });
+    // The gossip's rows are format 1 and read back; a format-2 row (from
+    // a later release's gossip, or the table) reads too.
+    let key = TaskKey::new("pve-1", "nodes");
+    let (k, v) = crate::store::wire::task_to_bytes(&key, &task()).expect("a row");
+    assert_eq!(v, TASK.bytes());
+    assert_eq!(crate::store::wire::task_from_bytes(&k, &v), Some((key.clone(), task())));
+    assert_eq!(
+        crate::store::wire::task_from_bytes(&k, &TASK_V2.bytes()),
+        Some((key, task()))
+    );
     // Format 1 (credentials in plaintext, as older releases wrote them)
     // still reads; it is never written again outside a backup.
     let v1 = |b: &[u8]| codec::decode_stored::<StoredInstance>("instances", b"k", b);
